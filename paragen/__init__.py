@@ -1,0 +1,67 @@
+"""paragen: parallel test-time reasoning for LLMs.
+
+Run many samples (or cooperating workers) of one model at once and turn them into
+one better answer, sooner or cheaper than one long sample.
+"""
+
+from paragen.answers import NO_ANSWER, equivalent, extract_answer, majority_vote
+from paragen.backends.base import Backend, Capabilities, CompletionStream, generate
+from paragen.config import Budget
+from paragen.context import RunContext
+from paragen.errors import (
+    BackendError,
+    BudgetExceededError,
+    ConfigError,
+    ParagenError,
+    PluginNotFoundError,
+)
+from paragen.orchestrator import Orchestrator
+from paragen.strategy import BaseStrategy, Strategy, StrategyConfig, build_strategy
+from paragen.types import (
+    ChatMessage,
+    Completion,
+    Delta,
+    GenerateRequest,
+    Problem,
+    RunUsage,
+    SamplingParams,
+    StrategyResult,
+    Trace,
+    Usage,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NO_ANSWER",
+    "Backend",
+    "BackendError",
+    "BaseStrategy",
+    "Budget",
+    "BudgetExceededError",
+    "Capabilities",
+    "ChatMessage",
+    "Completion",
+    "CompletionStream",
+    "ConfigError",
+    "Delta",
+    "GenerateRequest",
+    "Orchestrator",
+    "ParagenError",
+    "PluginNotFoundError",
+    "Problem",
+    "RunContext",
+    "RunUsage",
+    "SamplingParams",
+    "Strategy",
+    "StrategyConfig",
+    "StrategyResult",
+    "Trace",
+    "Usage",
+    "__version__",
+    "build_strategy",
+    "equivalent",
+    "extract_answer",
+    "generate",
+    "majority_vote",
+]

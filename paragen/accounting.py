@@ -1,0 +1,56 @@
+"""Token and time accounting over a run's traces: pure functions, the same for every strategy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from paragen.types import CountSource, RunUsage, Trace
+
+# Two traces whose end and start are this close (seconds) still count as one after the other:
+# a follow-up request is often issued within microseconds of the previous one ending.
+_SEQUENCE_SLACK = 1e-4
+
+
+def critical_path_tokens(traces: Sequence[Trace]) -> int:
+    """The largest sum of generated tokens along a chain of traces that had to run one after another.
+
+    Trace B follows trace A when A ended before B started, or when B names A as a parent.
+    Traces that overlap in time ran in parallel, so only the longest of them counts.
+    """
+    timed = sorted((t for t in traces if t.kind != "tool" or t.completion_tokens), key=lambda t: t.start)
+    best: dict[int, int] = {}
+    for trace in timed:
+        before = [
+            best[prev.id]
+            for prev in timed
+            if prev.id in best and (_ended_before(prev, trace) or prev.id in trace.parents)
+        ]
+        best[trace.id] = trace.completion_tokens + max(before, default=0)
+    return max(best.values(), default=0)
+
+
+def _ended_before(prev: Trace, trace: Trace) -> bool:
+    return prev.end is not None and prev.end <= trace.start + _SEQUENCE_SLACK
+
+
+def summarize(traces: Sequence[Trace], *, latency_s: float) -> RunUsage:
+    """The common accounting of a run from its traces and its wall latency."""
+    samples = [t for t in traces if t.kind == "sample"]
+    judges = [t for t in traces if t.kind == "judge"]
+    first_tokens = [t.first_token for t in samples if t.first_token is not None]
+    cached = [t.cached_prompt_tokens for t in traces if t.cached_prompt_tokens is not None]
+    sources: list[CountSource] = sorted({t.count_source for t in traces if t.kind != "tool"})
+    return RunUsage(
+        total_tokens=sum(t.completion_tokens for t in samples),
+        prompt_tokens=sum(t.prompt_tokens for t in traces),
+        cached_prompt_tokens=sum(cached) if cached else None,
+        sequential_tokens=critical_path_tokens(samples),
+        wasted_tokens=sum(t.completion_tokens for t in samples if t.status != "ok"),
+        judge_tokens=sum(t.completion_tokens + t.prompt_tokens for t in judges),
+        num_samples=len(samples),
+        num_cancelled=sum(t.status in ("cancelled", "pruned") for t in samples),
+        num_errors=sum(t.status == "error" for t in samples),
+        latency_s=latency_s,
+        ttft_s=min(first_tokens) if first_tokens else None,
+        count_sources=sources,
+    )

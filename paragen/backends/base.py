@@ -1,0 +1,122 @@
+"""The backend contract: one streaming method, used as an async context manager.
+
+    async with backend.stream(request) as stream:
+        async for delta in stream:
+            ...
+
+Leaving the ``async with`` block early (break, exception, cancellation) cancels the
+request for real: the HTTP response is closed so the server aborts it, the engine
+sequence is aborted and its cache freed. ``stream.abort(index)`` stops one choice
+of an ``n > 1`` request while the others go on, where ``capabilities.per_choice_abort``
+says the backend can; after it, no more deltas of that choice are delivered.
+
+``stream.usage`` is live: backends update it as they learn counts (prompt tokens as
+soon as known, completion tokens as they stream), so budgets see tokens as they come.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from paragen.types import Completion, Delta, GenerateRequest, Usage
+
+
+class Capabilities(BaseModel):
+    """What a backend can do; strategies and the context read this instead of guessing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    native_n: bool = False  # one request may ask for n > 1 choices
+    per_choice_abort: bool = False  # stream.abort(index) stops one choice of an n > 1 request
+    logprobs: bool = False
+    top_logprobs: int = 0  # how many alternatives per token it can return (0 = none)
+    prompt_cache_reporting: bool = False  # usage.cached_prompt_tokens is filled in
+    shared_cache: bool = False  # Hogwild!-style workers over one KV cache (engine only)
+    raw_prompt: bool = True  # accepts a raw text prompt (completions), not only chat
+    chat: bool = True  # accepts chat messages
+    continue_final: bool = False  # can continue a prefilled assistant message
+    tokenizer: bool = False  # count_tokens() is exact (else it estimates)
+
+
+@runtime_checkable
+class CompletionStream(Protocol):
+    """The object ``Backend.stream()`` yields: an async iterator of deltas with live usage."""
+
+    usage: Usage
+
+    def __aiter__(self) -> AsyncIterator[Delta]: ...
+
+    async def abort(self, index: int) -> None:
+        """Stop choice ``index``; the others continue. Raises if not supported."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A source of completions. Built-ins and plugins implement exactly this."""
+
+    name: str
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def stream(self, request: GenerateRequest) -> AbstractAsyncContextManager[CompletionStream]: ...
+
+    async def count_tokens(self, text: str) -> tuple[int, str]:
+        """Number of tokens in ``text`` and how it was counted ("tokenizer" or "estimate")."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough count for backends without a tokenizer: about 4 characters per token."""
+    return max(1, (len(text) + 3) // 4) if text else 0
+
+
+async def generate(backend: Backend, request: GenerateRequest) -> list[Completion]:
+    """Drain ``backend.stream(request)`` into one Completion per choice, in index order."""
+    parts: dict[int, _Accumulator] = {i: _Accumulator() for i in range(request.n)}
+    async with backend.stream(request) as stream:
+        async for delta in stream:
+            parts[delta.index].add(delta)
+    return [acc.completion(index) for index, acc in sorted(parts.items())]
+
+
+class _Accumulator:
+    __slots__ = ("finish", "ids", "logprobs", "num_tokens", "texts", "tops")
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.ids: list[int] | None = []
+        self.logprobs: list[float] | None = []
+        self.tops: list[list[float]] | None = []
+        self.num_tokens = 0
+        self.finish: str | None = None
+
+    def add(self, delta: Delta) -> None:
+        self.texts.append(delta.text)
+        self.num_tokens += delta.num_tokens
+        self.ids = None if self.ids is None or delta.token_ids is None else [*self.ids, *delta.token_ids]
+        if self.logprobs is not None:
+            self.logprobs = None if delta.logprobs is None else [*self.logprobs, *delta.logprobs]
+        if self.tops is not None:
+            tops = delta.top_logprobs
+            self.tops = None if tops is None else [*self.tops, *(list(t) for t in tops)]
+        if delta.finish_reason is not None:
+            self.finish = delta.finish_reason
+
+    def completion(self, index: int) -> Completion:
+        return Completion(
+            index=index,
+            text="".join(self.texts),
+            token_ids=self.ids,
+            num_tokens=self.num_tokens,
+            finish_reason=self.finish or "abort",
+            logprobs=self.logprobs or None,
+            top_logprobs=self.tops or None,
+        )

@@ -1,0 +1,371 @@
+"""OpenAI-compatible HTTP backend: vLLM, SGLang, llama.cpp, or any /v1 server, over httpx.
+
+    backend = OpenAIBackend.from_spec("http://localhost:8000/v1", model="Qwen/Qwen3-0.6B")
+    async with backend.stream(GenerateRequest(prompt="2+2=")) as stream:
+        async for delta in stream:
+            print(delta.text, end="")
+
+Each server is probed once, on first use (GET /v1/models: which model, which server
+kind), and the kind decides what the server can do: llama.cpp refuses ``n > 1``, vLLM
+streams usage on every chunk, SGLang can be told to abort a request by id. Leaving
+the stream early closes the HTTP response, which is what makes vLLM and llama.cpp
+abort the generation; SGLang additionally gets ``POST /abort_request``.
+
+Retries (connect errors, timeouts, 5xx, 429 with its Retry-After) happen only before
+the first delta has been handed out: after that, a retry would duplicate text the
+caller has already seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+import anyio
+import httpx
+from httpx_sse import EventSource
+from pydantic import Field, SecretStr, ValidationError, field_validator
+
+from paragen.backends.base import Capabilities, CompletionStream, estimate_tokens
+from paragen.backends.openai_http import map_http_errors, raise_for_status, retry_delay
+from paragen.backends.openai_wire import ChunkParser, Endpoint, ServerKind, WireOptions, build_body
+from paragen.backends.pool import Pool, Replica
+from paragen.errors import BackendConnectionError, BackendError, BackendProtocolError, ConfigError
+from paragen.types import Delta, GenerateRequest, Model, Usage
+
+_KINDS: dict[str, ServerKind] = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "llamacpp": "llama_cpp",
+    "me": "llama_cpp",
+}
+# Tokenize endpoints by server kind, tried in order (path relative to the root, body builder).
+_TOKENIZE: dict[str, list[str]] = {"vllm": ["/tokenize"], "llama_cpp": ["/extras/tokenize", "/tokenize"]}
+
+
+class OpenAIConfig(Model):
+    """Options of :class:`OpenAIBackend` (``--backend openai:URL`` gives ``base_url``)."""
+
+    base_url: str
+    base_urls: tuple[str, ...] = ()  # more replicas of the same model: a pool
+    model: str | None = None  # None: the first model the server lists
+    api_key: SecretStr | None = None
+    api_key_env: str | None = "OPENAI_API_KEY"
+    endpoint: Literal["auto", "completions", "chat"] = "auto"
+    server: Literal["auto", "vllm", "sglang", "llama_cpp", "openai"] = "auto"
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_timeout: float | None = Field(default=600.0, gt=0)  # longest silence between chunks
+    max_retries: int = Field(default=3, ge=0)
+    backoff: float = Field(default=0.5, ge=0)
+    max_backoff: float = Field(default=30.0, ge=0)
+    native_n: bool | None = None  # None: decided by the probe
+    continuous_usage: bool | None = None  # None: on for vLLM
+    max_outstanding: int | None = Field(default=None, gt=0)  # per replica, for affinity routing
+    affinity_slack: int = Field(default=32, ge=0)
+    max_connections: int = Field(default=1024, gt=0)
+
+    @field_validator("base_url", "base_urls")
+    @classmethod
+    def _http_urls(cls, value: Any) -> Any:
+        urls = [value] if isinstance(value, str) else list(value)
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) URL (e.g. http://localhost:8000/v1)")
+        return value.rstrip("/") if isinstance(value, str) else tuple(u.rstrip("/") for u in value)
+
+    def resolved_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What the probe learnt about one replica."""
+
+    kind: ServerKind
+    model: str
+    native_n: bool
+    continuous_usage: bool
+
+
+class OpenAIBackend:
+    """A client of one OpenAI-compatible server, or a pool of replicas of one model."""
+
+    name = "openai"
+
+    def __init__(self, config: OpenAIConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.config = config
+        self.pool = Pool(
+            [config.base_url, *config.base_urls],
+            max_outstanding=config.max_outstanding,
+            affinity_slack=config.affinity_slack,
+        )
+        key = config.resolved_key()
+        self._client = httpx.AsyncClient(
+            transport=transport,
+            headers={"Authorization": f"Bearer {key}"} if key else None,
+            timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout),
+            limits=httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=64),
+        )
+        self._tokenize: dict[str, str | None] = {}  # replica url -> working tokenize path (None: none)
+
+    @classmethod
+    def from_spec(cls, target: str | None, **options: Any) -> OpenAIBackend:
+        """Build from ``openai:URL`` plus options (model=, api_key_env=, base_urls=, ...)."""
+        if target:
+            options["base_url"] = target
+        if "base_url" not in options:
+            raise ConfigError(
+                "the openai backend needs a server URL", hint="e.g. openai:http://localhost:8000/v1"
+            )
+        transport = options.pop("transport", None)
+        try:
+            config = OpenAIConfig(**options)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(
+                f"bad openai backend options: {problems}", hint="see docs/openai-backend.md"
+            ) from exc
+        return cls(config, transport=transport)
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend({', '.join(r.url for r in self.pool.replicas)})"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the (first) server can do; config defaults until :meth:`probe` has run."""
+        info: ServerInfo | None = self.pool.replicas[0].info
+        endpoint = self.config.endpoint
+        kind = info.kind if info else (self.config.server if self.config.server != "auto" else "openai")
+        return Capabilities(
+            native_n=info.native_n if info else bool(self.config.native_n),
+            per_choice_abort=False,  # server-side n > 1 can only be aborted all together
+            logprobs=True,
+            top_logprobs=20 if kind != "llama_cpp" else 10,
+            prompt_cache_reporting=kind in ("vllm", "sglang", "openai"),
+            raw_prompt=endpoint != "chat",
+            chat=endpoint != "completions",
+            continue_final=endpoint != "completions" and kind in ("vllm", "sglang"),
+            tokenizer=kind in _TOKENIZE,
+        )
+
+    async def probe(self) -> Capabilities:
+        """Probe the first server now (it is otherwise probed on first use) and return capabilities."""
+        await self.server_info(self.pool.replicas[0])
+        return self.capabilities
+
+    async def server_info(self, replica: Replica) -> ServerInfo:
+        """The probe result of ``replica``, probing it once (concurrent callers wait for one probe)."""
+        async with replica.lock:
+            if replica.info is None:
+                replica.info = await self._probe(replica)
+            info: ServerInfo = replica.info
+            return info
+
+    async def _probe(self, replica: Replica) -> ServerInfo:
+        url = f"{replica.url}/models"
+        with map_http_errors(url):
+            response = await self._client.get(url)
+        models: list[dict[str, Any]] = []
+        if response.status_code != 404:  # some servers have no /models; then the config must name one
+            await raise_for_status(response)
+            models = [m for m in _json(response, url).get("data", []) if isinstance(m, dict)]
+        kind = self.config.server if self.config.server != "auto" else _kind(models)
+        model = self.config.model or (str(models[0]["id"]) if models and "id" in models[0] else None)
+        if model is None:
+            raise ConfigError(
+                f"{replica.url} lists no model", hint="name one with the model option (--model)"
+            )
+        native_n = self.config.native_n if self.config.native_n is not None else kind != "llama_cpp"
+        continuous = (
+            self.config.continuous_usage if self.config.continuous_usage is not None else kind == "vllm"
+        )
+        return ServerInfo(kind=kind, model=model, native_n=native_n, continuous_usage=continuous)
+
+    def endpoint_for(self, request: GenerateRequest) -> Endpoint:
+        """Which API serves ``request``: completions for raw prompts, chat for messages."""
+        if self.config.endpoint == "chat":
+            return "chat"
+        if request.messages is not None:
+            if self.config.endpoint == "completions":
+                raise ConfigError(
+                    "chat messages sent to a completions-only backend", hint="use endpoint='chat' or 'auto'"
+                )
+            return "chat"
+        return "completions"
+
+    def stream(self, request: GenerateRequest) -> _StreamContext:
+        """Stream ``request``'s deltas; see :mod:`paragen.backends.base` for the contract."""
+        self.endpoint_for(request)  # fail on a wrong input before any I/O
+        return _StreamContext(self, request)
+
+    async def count_tokens(self, text: str) -> tuple[int, str]:
+        """Count with the server's tokenizer where it has an endpoint for it, else estimate."""
+        replica = self.pool.replicas[0]
+        info = await self.server_info(replica)
+        for path in self._tokenize_paths(replica, info):
+            count = await self._tokenize_at(replica, path, info, text)
+            if count is not None:
+                self._tokenize[replica.url] = path
+                return count, "tokenizer"
+        self._tokenize[replica.url] = None
+        return estimate_tokens(text), "estimate"
+
+    def _tokenize_paths(self, replica: Replica, info: ServerInfo) -> list[str]:
+        if replica.url in self._tokenize:
+            known = self._tokenize[replica.url]
+            return [] if known is None else [known]
+        return _TOKENIZE.get(info.kind, [])
+
+    async def _tokenize_at(self, replica: Replica, path: str, info: ServerInfo, text: str) -> int | None:
+        url = replica.root + path
+        # One body for all: vLLM reads model/prompt, llama-cpp-python input, llama.cpp content.
+        body = {
+            "model": info.model,
+            "prompt": text,
+            "input": text,
+            "content": text,
+            "add_special_tokens": False,
+        }
+        with map_http_errors(url):
+            response = await self._client.post(url, json=body)
+        if response.status_code in (404, 405, 422):
+            return None
+        await raise_for_status(response)
+        data = _json(response, url)
+        return int(data["count"]) if "count" in data else len(data.get("tokens", []))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        return self._client
+
+
+def _kind(models: list[dict[str, Any]]) -> ServerKind:
+    owners = {str(m.get("owned_by", "")).lower() for m in models}
+    for owner, kind in _KINDS.items():
+        if owner in owners:
+            return kind
+    return "openai"
+
+
+def _json(response: httpx.Response, url: str) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError as exc:
+        raise BackendProtocolError(f"{url}: answer is not JSON") from exc
+    return data if isinstance(data, dict) else {}
+
+
+class _StreamContext:
+    """What ``stream()`` returns: probes on entry, closes the request on exit."""
+
+    def __init__(self, backend: OpenAIBackend, request: GenerateRequest) -> None:
+        self._backend = backend
+        self._request = request
+        self._stream: _HTTPStream | None = None
+
+    async def __aenter__(self) -> CompletionStream:
+        info = await self._backend.server_info(self._backend.pool.replicas[0])
+        if self._request.n > 1 and not info.native_n:
+            raise ConfigError(
+                f"{self._backend.pool.replicas[0].url} does not accept n > 1",
+                hint="send n=1 requests (capabilities.native_n is False)",
+            )
+        self._stream = _HTTPStream(self._backend, self._request)
+        return self._stream
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._stream is not None:
+            await self._stream.aclose()
+
+
+class _HTTPStream:
+    """One request's deltas, with retries before the first one and live usage."""
+
+    def __init__(self, backend: OpenAIBackend, request: GenerateRequest) -> None:
+        self.usage = Usage()
+        self._backend = backend
+        self._request = request
+        self._started = False
+        self._deltas = self._iterate()
+
+    def __aiter__(self) -> AsyncIterator[Delta]:
+        return self._deltas
+
+    async def abort(self, index: int) -> None:
+        """Stop the choice; only possible for a single-choice request (it closes the response)."""
+        if self._request.n != 1 or index != 0:
+            raise NotImplementedError("per-choice abort of an n > 1 HTTP request; send n=1 requests")
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._deltas.aclose()
+
+    async def _iterate(self) -> AsyncGenerator[Delta, None]:
+        config = self._backend.config
+        attempt, avoid = 0, None
+        while True:
+            replica = self._backend.pool.pick(self._request.affinity, avoid)
+            try:
+                async with aclosing(self._attempt(replica)) as deltas:
+                    async for delta in deltas:
+                        self._started = True
+                        yield delta
+                return
+            except BackendError as exc:
+                delay = retry_delay(exc, attempt, config.backoff, config.max_backoff)
+                if self._started or attempt >= config.max_retries or delay is None:
+                    raise
+            attempt, avoid = attempt + 1, replica
+            await anyio.sleep(delay)
+
+    async def _attempt(self, replica: Replica) -> AsyncGenerator[Delta, None]:
+        info = await self._backend.server_info(replica)
+        endpoint = self._backend.endpoint_for(self._request)
+        rid = f"{self._request.request_id}-{uuid.uuid4().hex[:8]}" if info.kind == "sglang" else None
+        options = WireOptions(info.model, endpoint, info.kind, info.continuous_usage, rid)
+        self.usage.prompt_tokens, self.usage.completion_tokens, self.usage.source = 0, 0, "none"
+        parser = ChunkParser(endpoint, self.usage, num_choices=self._request.n)
+        url = f"{replica.url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
+        client = self._backend.client
+        with self._backend.pool.lease(replica):
+            with map_http_errors(url):
+                response = await client.send(
+                    client.build_request("POST", url, json=build_body(self._request, options)), stream=True
+                )
+            try:
+                with map_http_errors(url):
+                    await raise_for_status(response)
+                    async with aclosing(EventSource(response).aiter_sse()) as events:
+                        async for event in events:
+                            if event.data == "[DONE]":
+                                parser.saw_done = True
+                                break
+                            for delta in parser.parse(event.data):
+                                yield delta
+                if not parser.is_done:
+                    raise BackendConnectionError(f"{url}: the stream ended before the completion did")
+            finally:
+                await _close(response, self._backend, replica, None if parser.is_done else rid)
+
+
+async def _close(response: httpx.Response, backend: OpenAIBackend, replica: Replica, rid: str | None) -> None:
+    """Close the response even while being cancelled: closing it is what aborts the request."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+        await response.aclose()
+        if rid is not None:  # SGLang: also say so explicitly, by request id
+            # Best effort: the closed connection has already told the server.
+            with contextlib.suppress(httpx.HTTPError):
+                await backend.client.post(f"{replica.root}/abort_request", json={"rid": rid}, timeout=2.0)

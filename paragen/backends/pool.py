@@ -1,0 +1,95 @@
+"""A pool of server replicas: least-outstanding routing with prefix affinity.
+
+Requests go to the replica with the fewest requests in flight, except that requests
+sharing an ``affinity`` key (all samples of one problem) stay on the replica that
+served the key first, while it has room: that replica's prefix cache already holds
+their prompt. "Room" means under ``max_outstanding`` and no more than
+``affinity_slack`` requests busier than the least busy replica, so one hot problem
+cannot pile everything onto one server.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+
+@dataclass(eq=False, slots=True)
+class Replica:
+    """One server of the pool and what the pool knows about it."""
+
+    url: str
+    num_outstanding: int = 0
+    num_requests: int = 0
+    last_pick: int = -1
+    info: Any = None  # the backend's probe result, filled in on first use
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+    @property
+    def root(self) -> str:
+        """The server's root URL (vLLM's /tokenize and SGLang's /abort_request live there)."""
+        return self.url.removesuffix("/v1")
+
+
+class Pool:
+    """Routes each request to one replica; see the module docstring for the rule."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        max_outstanding: int | None = None,
+        affinity_slack: int = 32,
+        max_affinity_keys: int = 4096,
+    ) -> None:
+        assert urls, "a pool needs at least one URL"
+        self.replicas = [Replica(url) for url in urls]
+        self.max_outstanding = max_outstanding
+        self.affinity_slack = affinity_slack
+        self.max_affinity_keys = max_affinity_keys
+        self._affinity: OrderedDict[str, Replica] = OrderedDict()
+        self._picks = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self.replicas)
+
+    def pick(self, affinity: str | None = None, avoid: Replica | None = None) -> Replica:
+        """The replica for the next request; ``avoid`` one that just failed, if there is another."""
+        candidates = [r for r in self.replicas if r is not avoid] or self.replicas
+        # Ties go to the replica picked longest ago, so an idle pool is filled round-robin.
+        least = min(candidates, key=lambda r: (r.num_outstanding, r.last_pick))
+        chosen = least
+        if affinity is not None:
+            pinned = self._affinity.get(affinity)
+            if pinned is not None and pinned in candidates and self._has_room(pinned, least):
+                chosen = pinned
+            self._remember(affinity, chosen)
+        chosen.last_pick = next(self._picks)
+        return chosen
+
+    def _has_room(self, replica: Replica, least: Replica) -> bool:
+        if self.max_outstanding is not None and replica.num_outstanding >= self.max_outstanding:
+            return False
+        return replica.num_outstanding - least.num_outstanding <= self.affinity_slack
+
+    def _remember(self, key: str, replica: Replica) -> None:
+        self._affinity[key] = replica
+        self._affinity.move_to_end(key)
+        while len(self._affinity) > self.max_affinity_keys:
+            self._affinity.popitem(last=False)  # forget the least recently used problem
+
+    @contextmanager
+    def lease(self, replica: Replica) -> Iterator[Replica]:
+        """Count a request as outstanding on ``replica`` while the block runs."""
+        replica.num_outstanding += 1
+        replica.num_requests += 1
+        try:
+            yield replica
+        finally:
+            replica.num_outstanding -= 1

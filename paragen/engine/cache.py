@@ -1,0 +1,88 @@
+"""The paged KV cache: a pool of fixed-size blocks with reference counts.
+
+A sequence's cache is its ``block_table``: an ordered list of block ids, its view of
+the pool. Blocks are reference-counted, so several sequences can hold the same block
+(the n samples of one prompt share the prompt's full blocks). Nothing here assumes
+that a block belongs to one sequence or that a view is a prefix of another: Hogwild!
+workers can later hold views that interleave shared and own blocks, each attending
+with its own positions (RoPE offsets are applied by the model, not stored here).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from paragen.engine.loader import ModelConfig
+
+
+class BlockManager:
+    """Allocation bookkeeping only (pure Python, no tensors)."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        assert num_blocks > 0 and block_size > 0
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.ref_counts = [0] * num_blocks
+        self.free_ids: deque[int] = deque(range(num_blocks))
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_ids)
+
+    def num_blocks_for(self, num_tokens: int) -> int:
+        return (num_tokens + self.block_size - 1) // self.block_size
+
+    def can_allocate(self, num_new_blocks: int) -> bool:
+        return num_new_blocks <= len(self.free_ids)
+
+    def allocate(self, num_new_blocks: int) -> list[int]:
+        assert self.can_allocate(num_new_blocks), "allocate() without can_allocate()"
+        ids = [self.free_ids.popleft() for _ in range(num_new_blocks)]
+        for block_id in ids:
+            assert self.ref_counts[block_id] == 0
+            self.ref_counts[block_id] = 1
+        return ids
+
+    def share(self, block_ids: list[int]) -> list[int]:
+        """Take one more reference on each block (a second view of the same KV)."""
+        for block_id in block_ids:
+            assert self.ref_counts[block_id] > 0, "sharing a free block"
+            self.ref_counts[block_id] += 1
+        return list(block_ids)
+
+    def release(self, block_ids: list[int]) -> None:
+        for block_id in block_ids:
+            assert self.ref_counts[block_id] > 0, "double free"
+            self.ref_counts[block_id] -= 1
+            if self.ref_counts[block_id] == 0:
+                self.free_ids.append(block_id)
+
+    def is_shared(self, block_id: int) -> bool:
+        return self.ref_counts[block_id] > 1
+
+
+class KVCache:
+    """The K and V tensors: [layers, num_blocks * block_size, kv_heads, head_dim] each.
+
+    Slots are flat (``block_id * block_size + offset``) so a step writes with one
+    ``index_copy_`` and a decode row gathers its whole view with one index per layer.
+    """
+
+    def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: str):
+        shape = (cfg.num_layers, num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.block_size = block_size
+
+    @staticmethod
+    def bytes_per_block(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * itemsize
+
+    def copy_block(self, src: int, dst: int, num_tokens: int) -> None:
+        """Copy the first ``num_tokens`` slots of block ``src`` into ``dst`` (copy on write)."""
+        a, b = src * self.block_size, dst * self.block_size
+        self.k[:, b : b + num_tokens] = self.k[:, a : a + num_tokens]
+        self.v[:, b : b + num_tokens] = self.v[:, a : a + num_tokens]

@@ -1,0 +1,214 @@
+"""The synchronous engine: add requests, step, abort. Not thread-safe (see async_engine)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from paragen.engine import loader
+from paragen.engine.cache import BlockManager, KVCache
+from paragen.engine.detokenizer import Detokenizer
+from paragen.engine.model import Model
+from paragen.engine.model_runner import ModelRunner
+from paragen.engine.scheduler import Scheduler
+from paragen.engine.sequence import SeqParams, Sequence, SeqStatus
+from paragen.errors import ConfigError, EngineError
+from paragen.types import SamplingParams
+
+
+@dataclass(slots=True)
+class StepOutput:
+    """One new token of one sequence (text may be empty while a character or stop string is pending)."""
+
+    seq_id: int
+    token_id: int
+    text: str
+    logprob: float | None = None
+    top_logprobs: list[float] | None = None
+    finish_reason: str | None = None
+
+
+def pick_dtype(name: str, device: str) -> torch.dtype:
+    """bf16 where the hardware has it (CUDA, or a CPU with AVX-512 BF16 / AMX), else fp32."""
+    if name != "auto":
+        table = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
+        if name not in table:
+            raise ConfigError(f"unknown dtype {name!r}", hint=f"use auto or one of {sorted(table)}")
+        return table[name]
+    if device.startswith("cuda"):
+        return torch.bfloat16
+    return torch.bfloat16 if torch.backends.mkldnn.is_available() and _cpu_has_bf16() else torch.float32
+
+
+def _cpu_has_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def sample_seed(seed: int | None, index: int) -> int:
+    """Sample ``index``'s own seed: the same for a sample whether it runs alone or with siblings."""
+    base = secrets.randbits(31) if seed is None else seed
+    digest = hashlib.blake2b(f"{base}:{index}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest) & 0x7FFFFFFF
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        dtype: str = "auto",
+        device: str = "cpu",
+        kv_cache_mb: int = 1024,
+        num_blocks: int | None = None,
+        block_size: int = 16,
+        max_batch: int = 256,
+        threads: int | None = None,
+    ):
+        if device == "cpu":
+            torch.set_num_threads(threads or os.cpu_count() or 1)
+        model_dir = loader.resolve(target)
+        self.cfg = loader.load_config(model_dir)
+        self.tokenizer: Any = loader.load_tokenizer(model_dir)
+        self.dtype = pick_dtype(dtype, device)
+        self.model = Model(self.cfg, loader.load_tensors(model_dir), self.dtype, device)
+        if num_blocks is None:
+            num_blocks = max(1, kv_cache_mb * 2**20 // KVCache.bytes_per_block(self.cfg, block_size, self.dtype))
+        self.blocks = BlockManager(num_blocks, block_size)
+        self.cache = KVCache(self.cfg, num_blocks, block_size, self.dtype, device)
+        max_seq_len = min(self.cfg.max_position_embeddings, num_blocks * block_size)
+        self.scheduler = Scheduler(self.blocks, self.cache, max_batch, max_seq_len)
+        self.runner = ModelRunner(self.model, self.cache)
+        self.seqs: dict[int, Sequence] = {}
+        self.eos_ids = set(self.cfg.eos_token_ids) | {self.tokenizer.eos_token_id} - {None}
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.blocks.num_free_blocks
+
+    @property
+    def is_idle(self) -> bool:
+        return self.scheduler.is_idle
+
+    def add_request(
+        self, prompt_ids: list[int], params: SamplingParams, n: int = 1, *, share_prefix: bool = True
+    ) -> list[int]:
+        """Queue ``n`` samples of one prompt; returns their sequence ids (sample i is ids[i])."""
+        self.check_fits(len(prompt_ids), n)
+        seqs = [self._new_seq(prompt_ids, params, i) for i in range(n)]
+        if share_prefix:
+            seqs[0].forks = seqs[1:]
+            for child in seqs[1:]:
+                child.status = SeqStatus.FORKING
+            self.scheduler.add(seqs[0])
+        else:
+            for seq in seqs:
+                self.scheduler.add(seq)
+        self.seqs.update((seq.seq_id, seq) for seq in seqs)
+        return [seq.seq_id for seq in seqs]
+
+    def check_fits(self, num_prompt_tokens: int, n: int) -> None:
+        if num_prompt_tokens == 0:
+            raise EngineError("the prompt has no tokens")
+        if num_prompt_tokens >= self.scheduler.max_seq_len:
+            raise EngineError(
+                f"the prompt has {num_prompt_tokens} tokens; this engine holds at most "
+                f"{self.scheduler.max_seq_len - 1} per sequence",
+                hint="shorten the prompt or raise kv_cache_mb",
+            )
+        needed = self.blocks.num_blocks_for(num_prompt_tokens) + n
+        if needed > self.blocks.num_blocks or n > self.scheduler.max_batch:
+            raise EngineError(
+                f"{n} samples of a {num_prompt_tokens}-token prompt need {needed} KV blocks and {n} batch slots; "
+                f"the engine has {self.blocks.num_blocks} blocks and {self.scheduler.max_batch} slots",
+                hint="lower n or raise kv_cache_mb / max_batch",
+            )
+
+    def _new_seq(self, prompt_ids: list[int], params: SamplingParams, index: int) -> Sequence:
+        sp = SeqParams(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            seed=sample_seed(params.seed, index),
+            stop=params.stop,
+            logprobs=params.logprobs,
+            top_logprobs=params.top_logprobs,
+        )
+        return Sequence(list(prompt_ids), len(prompt_ids), sp, Detokenizer(self.tokenizer, params.stop))
+
+    def abort(self, seq_id: int) -> bool:
+        """Stop a sequence and free its cache; False if it had already finished."""
+        seq = self.seqs.pop(seq_id, None)
+        if seq is None or seq.is_finished:
+            return False
+        if seq.status == SeqStatus.FORKING:
+            for parent in self.scheduler.waiting:
+                if seq in parent.forks:
+                    parent.forks.remove(seq)
+        elif seq.forks:  # a waiting parent: its first sibling takes over the prefill
+            heir, *rest = seq.forks
+            heir.forks, heir.status, seq.forks = rest, SeqStatus.WAITING, []
+            for sibling in rest:
+                assert sibling.status == SeqStatus.FORKING
+            self.scheduler.waiting[self.scheduler.waiting.index(seq)] = heir
+        self.scheduler.finish(seq, "abort")
+        return True
+
+    def step(self) -> list[StepOutput]:
+        seqs, is_prefill = self.scheduler.schedule()
+        if not seqs:
+            return []
+        if is_prefill:
+            seqs = [seqs[0], *seqs[0].forks]
+        sampled = self.runner.run(seqs, is_prefill)
+        if is_prefill:
+            seqs[0].num_cached_tokens = seqs[0].num_tokens
+            self.scheduler.fork(seqs[0])
+        else:
+            for seq in seqs:
+                seq.num_cached_tokens += 1
+        logprobs, tops = sampled.logprobs, sampled.top_logprobs
+        return [
+            self._postprocess(
+                seq,
+                token,
+                None if logprobs is None or not seq.params.logprobs else logprobs[i],
+                None if tops is None or not seq.params.top_logprobs else tops[i][: seq.params.top_logprobs],
+            )
+            for i, (seq, token) in enumerate(zip(seqs, sampled.token_ids, strict=True))
+        ]
+
+    def _postprocess(self, seq: Sequence, token: int, logprob: float | None, top: list[float] | None) -> StepOutput:
+        seq.token_ids.append(token)
+        text, is_stop = seq.detok.add(token)
+        reason = None
+        if is_stop or (token in self.eos_ids and not seq.params.ignore_eos):
+            reason = "stop"
+        elif seq.num_completion_tokens >= seq.params.max_tokens or seq.num_tokens >= self.scheduler.max_seq_len:
+            reason = "length"
+        if reason is not None:
+            text += "" if is_stop else seq.detok.flush()
+            self.scheduler.finish(seq, reason)
+            self.seqs.pop(seq.seq_id, None)
+        return StepOutput(seq.seq_id, token, text, logprob, top, reason)
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, n: int = 1, *, share_prefix: bool = True
+    ) -> list[list[list[int]]]:
+        """Run to completion; completion token ids per prompt per sample (for tests and benchmarks)."""
+        ids = [self.add_request(p, params, n, share_prefix=share_prefix) for p in prompts]
+        out: dict[int, list[int]] = {i: [] for group in ids for i in group}
+        while not self.is_idle:
+            for o in self.step():
+                out[o.seq_id].append(o.token_id)
+        return [[out[i] for i in group] for group in ids]

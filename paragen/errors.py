@@ -1,0 +1,104 @@
+"""The one exception tree of paragen.
+
+Everything paragen raises on purpose derives from :class:`ParagenError`; errors of
+the libraries underneath (httpx, torch, pydantic, ...) are caught at the boundary
+and re-raised as one of these with the original kept as ``__cause__``::
+
+    ParagenError
+    ├── ConfigError                 bad configuration or input (CLI exit code 2)
+    │   └── PluginNotFoundError     no strategy/backend/judge/tool registered under that name
+    ├── BudgetExceededError         a token or time budget ran out
+    └── BackendError                a backend failed to produce a completion
+        ├── BackendTimeoutError     connect/read timeout, or a deadline inside the backend
+        ├── BackendConnectionError  could not reach the server (refused, DNS, reset before any byte)
+        ├── BackendHTTPError        the server answered with an error status (``status_code``)
+        │   └── BackendAuthError    401/403: wrong or missing API key
+        ├── BackendProtocolError    the server's answer was not what the protocol says (malformed chunk)
+        └── EngineError             the in-process engine refused or failed a request (e.g. cannot fit)
+
+Cancellation is not an error: it propagates as the async library's cancellation.
+"""
+
+from __future__ import annotations
+
+
+class ParagenError(Exception):
+    """Base class of every error paragen raises on purpose."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message if hint is None else f"{message} ({hint})")
+
+    def one_line(self) -> str:
+        """The error as one line for a terminal: what is wrong and, when known, what to do."""
+        text = str(self).replace("\n", " ")
+        return f"{type(self).__name__}: {text}"
+
+
+class ConfigError(ParagenError, ValueError):
+    """Configuration or input that cannot be used as given."""
+
+
+class PluginNotFoundError(ConfigError, LookupError):
+    """No plugin is registered under the requested name."""
+
+    def __init__(self, kind: str, name: str, available: list[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.available = sorted(available)
+        listing = ", ".join(self.available) or "none installed"
+        super().__init__(f"unknown {kind} {name!r}", hint=f"available: {listing}")
+
+
+class BudgetExceededError(ParagenError):
+    """A token or time budget of the run was used up."""
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        self.kind = kind
+        super().__init__(message)
+
+
+class BackendError(ParagenError):
+    """A backend could not produce a completion."""
+
+    retryable: bool = False
+
+
+class BackendTimeoutError(BackendError):
+    """The backend did not answer in time."""
+
+    retryable = True
+
+
+class BackendConnectionError(BackendError):
+    """The server could not be reached or dropped the connection."""
+
+    retryable = True
+
+
+class BackendHTTPError(BackendError):
+    """The server answered with an HTTP error status."""
+
+    def __init__(
+        self, message: str, *, status_code: int, retry_after: float | None = None, hint: str | None = None
+    ) -> None:
+        self.status_code = status_code
+        self.retry_after = retry_after
+        super().__init__(message, hint=hint)
+
+    @property
+    def retryable(self) -> bool:  # type: ignore[override]
+        return self.status_code == 429 or self.status_code >= 500
+
+
+class BackendAuthError(BackendHTTPError):
+    """The server refused the credentials (HTTP 401/403)."""
+
+
+class BackendProtocolError(BackendError):
+    """The server's answer broke the protocol (a malformed stream chunk, a missing field)."""
+
+
+class EngineError(BackendError):
+    """The in-process engine refused or failed a request."""

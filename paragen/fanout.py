@@ -1,0 +1,243 @@
+"""Fan-out: run many samples at once and hand back each trace as it finishes.
+
+One task group per fan-out. A sample of its own request runs in its own cancel
+scope, so stopping it closes its stream (the server aborts the request). Choices of
+one ``n > 1`` request share a stream when the backend can abort choices one by one
+(the engine: one prefill serves all choices); stopping one aborts just that choice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from paragen.backends.base import CompletionStream
+from paragen.context import stop_sample
+from paragen.errors import BackendError
+from paragen.live import LiveSample, Monitor
+from paragen.types import GenerateRequest, Trace
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from paragen.context import RunContext
+
+
+class Fanout:
+    """Async iterator of finished traces (and of checkpointed running ones); see RunContext.fanout."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        requests: list[GenerateRequest],
+        label: str,
+        parents: list[int],
+        checkpoint: int | None,
+        monitor: Monitor | None,
+        kind: str,
+    ) -> None:
+        self._ctx = ctx
+        self._requests = requests
+        self._label = label
+        self._parents = parents
+        self._checkpoint = checkpoint
+        self._monitor = monitor
+        self._kind = kind
+        self._lives: list[LiveSample] = []
+        self._checkpointed: set[int] = set()
+        self._num_ended = 0
+        send, recv = anyio.create_memory_object_stream[Trace](math.inf)
+        self._send: MemoryObjectSendStream[Trace] = send
+        self._recv: MemoryObjectReceiveStream[Trace] = recv
+        self._tg: TaskGroup | None = None
+
+    # -- the public surface ----------------------------------------------------------------------
+
+    @property
+    def traces(self) -> list[Trace]:
+        """Every trace of this fan-out, running or not (running ones' text is not kept current)."""
+        return [live.trace for live in self._lives]
+
+    @property
+    def running(self) -> list[LiveSample]:
+        return [live for live in self._lives if live.is_running]
+
+    async def cancel(self, reason: str) -> None:
+        """Stop every sample of this fan-out that still runs."""
+        for live in self._lives:
+            await stop_sample(live, reason, "cancelled")
+
+    async def stop(self, trace_id: int, reason: str, *, pruned: bool = False) -> None:
+        """Stop one sample (status "pruned" when ``pruned``, else "cancelled")."""
+        for live in self._lives:
+            if live.trace.id == trace_id:
+                await stop_sample(live, reason, "pruned" if pruned else "cancelled")
+
+    def __aiter__(self) -> Fanout:
+        return self
+
+    async def __anext__(self) -> Trace:
+        try:
+            return await self._recv.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Fanout:
+        ctx = self._ctx
+        requests = [ctx.check_budget(r) for r in self._requests]
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        caps = ctx.capabilities
+        for request in requests:
+            if request.n > 1 and caps.native_n and caps.per_choice_abort:
+                lives = [self._new_live(i) for i in range(request.n)]
+                self._tg.start_soon(self._drive_group, lives, request)
+            else:
+                for i in range(request.n):
+                    one = request if request.n == 1 else _single(request, i)
+                    live = self._new_live(0)
+                    live.scope = anyio.CancelScope()
+                    self._tg.start_soon(self._drive_one, live, one)
+        if not self._lives:
+            self._send.close()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        await self.cancel("abandoned")
+        assert self._tg is not None
+        try:
+            return await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self._recv.close()
+
+    # -- driving samples -------------------------------------------------------------------------
+
+    def _new_live(self, index: int) -> LiveSample:
+        trace = self._ctx.new_trace(self._label, self._kind, list(self._parents))
+        live = LiveSample(trace, index)
+        self._lives.append(live)
+        self._ctx.ledger.live[trace.id] = live
+        return live
+
+    async def _drive_one(self, live: LiveSample, request: GenerateRequest) -> None:
+        ctx, error, stream = self._ctx, None, None
+        assert live.scope is not None
+        try:
+            with live.scope:
+                async with ctx.backend.stream(request) as stream:
+                    async for delta in stream:
+                        live.add(delta, ctx.now())
+                        await ctx.charge(delta.num_tokens)
+                        await self._after_delta(live)
+        except BackendError as exc:
+            error = exc.one_line()
+        finally:
+            if stream is not None:
+                await ctx.charge(live.apply_usage(stream.usage, shared=False))
+            self._end(live, error)
+
+    async def _drive_group(self, lives: list[LiveSample], request: GenerateRequest) -> None:
+        ctx, error, stream = self._ctx, None, None
+        try:
+            async with ctx.backend.stream(request) as stream:
+                for live in lives:
+                    live.group = stream
+                    live.on_stop = _ender(self, live)
+                    if live.stop_reason is not None:  # stopped before the stream opened
+                        await stream.abort(live.index)
+                        self._end(live, None)
+                async for delta in stream:
+                    live = lives[delta.index]
+                    if not live.is_running or live.stop_reason is not None:
+                        continue
+                    live.add(delta, ctx.now())
+                    await ctx.charge(delta.num_tokens)
+                    if delta.finish_reason is not None:
+                        live.apply_usage(stream.usage, shared=True)
+                        self._end(live, None)
+                    else:
+                        await self._after_delta(live)
+        except BackendError as exc:
+            error = exc.one_line()
+        finally:
+            for live in lives:
+                if stream is not None:
+                    live.apply_usage(stream.usage, shared=True)
+                self._end(live, error if live.stop_reason is None else None)
+
+    async def _after_delta(self, live: LiveSample) -> None:
+        if self._monitor is not None and live.stop_reason is None:
+            reason = self._monitor(live)
+            if reason is not None:
+                await stop_sample(live, reason, "pruned")
+                return
+        checkpoint = self._checkpoint
+        if checkpoint is not None and live.num_tokens >= checkpoint and live.trace.id not in self._checkpointed:
+            self._checkpointed.add(live.trace.id)
+            self._send.send_nowait(live.snapshot())
+
+    def _end(self, live: LiveSample, error: str | None) -> None:
+        if not live.is_running:
+            return
+        trace = live.finish(self._ctx.now(), error=error)
+        self._ctx.ended(trace)
+        self._num_ended += 1
+        try:
+            self._send.send_nowait(trace)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the consumer has left; the trace is in the ledger all the same
+        if self._num_ended == len(self._lives):
+            self._send.close()
+
+
+class ToolSpan:
+    """Times one tool call as a trace of kind "tool"; an exception marks it "error" and propagates."""
+
+    def __init__(self, ctx: RunContext, label: str, meta: dict[str, Any]) -> None:
+        self._ctx = ctx
+        self._trace = ctx.new_trace(label, "tool", [])
+        self._trace.meta.update(meta)
+
+    async def __aenter__(self) -> Trace:
+        return self._trace
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        trace = self._trace
+        trace.end = self._ctx.now()
+        if exc is not None:
+            cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+            trace.status = "cancelled" if cancelled else "error"
+            trace.error = None if cancelled else f"{type(exc).__name__}: {exc}"
+        trace.finish_reason = "stop" if trace.status == "ok" else "abort"
+        self._ctx.ended(trace)
+
+
+def _ender(fanout: Fanout, live: LiveSample) -> Callable[[], None]:
+    return lambda: fanout._end(live, None)
+
+
+def _single(request: GenerateRequest, index: int) -> GenerateRequest:
+    """Choice ``index`` of an n-request as its own request; seeds differ so the samples do."""
+    params = request.params
+    seed = None if params.seed is None else params.seed + index
+    return request.model_copy(
+        update={
+            "n": 1,
+            "request_id": f"{request.request_id}-{index}",
+            "params": params.model_copy(update={"seed": seed}),
+        }
+    )
+
+
+__all__ = ["CompletionStream", "Fanout", "ToolSpan"]

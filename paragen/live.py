@@ -1,0 +1,117 @@
+"""A sample while it runs: the trace being built from deltas, and how to stop it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+
+from paragen.backends.base import CompletionStream
+from paragen.types import Delta, TraceStatus, Trace, Usage
+
+Monitor = Callable[["LiveSample"], str | None]
+"""Called after each delta of a sample; returning a reason prunes the sample with it."""
+
+
+class LiveSample:
+    """Builds one :class:`Trace` from a stream of deltas and knows how to stop that stream.
+
+    A sample is stopped either through its own cancel scope (an independent request)
+    or, for one choice of a shared ``n > 1`` request, by aborting that choice.
+    """
+
+    __slots__ = (
+        "_chunks",
+        "group",
+        "index",
+        "logprobs",
+        "on_stop",
+        "scope",
+        "stop_reason",
+        "stop_status",
+        "top_logprobs",
+        "trace",
+    )
+
+    def __init__(self, trace: Trace, index: int = 0) -> None:
+        self.trace = trace
+        self.index = index
+        self._chunks: list[str] = []
+        self.logprobs: list[float] = []
+        self.top_logprobs: list[list[float]] = []
+        self.scope: anyio.CancelScope | None = None
+        self.group: CompletionStream | None = None
+        self.on_stop: Callable[[], None] | None = None  # closes the trace when its choice is aborted
+        self.stop_reason: str | None = None
+        self.stop_status: TraceStatus = "cancelled"
+
+    @property
+    def is_running(self) -> bool:
+        return self.trace.end is None
+
+    @property
+    def num_tokens(self) -> int:
+        return self.trace.completion_tokens
+
+    def text(self) -> str:
+        """The text so far (joined lazily: the hot path only appends)."""
+        return "".join(self._chunks)
+
+    def add(self, delta: Delta, now: float) -> None:
+        trace = self.trace
+        if trace.first_token is None:
+            trace.first_token = now
+        self._chunks.append(delta.text)
+        trace.completion_tokens += delta.num_tokens
+        if delta.logprobs:
+            self.logprobs.extend(delta.logprobs)
+        if delta.top_logprobs:
+            self.top_logprobs.extend(list(t) for t in delta.top_logprobs)
+        if delta.finish_reason is not None:
+            trace.finish_reason = delta.finish_reason
+
+    def snapshot(self) -> Trace:
+        """Bring the trace's text up to date and return it."""
+        self.trace.text = self.text()
+        return self.trace
+
+    def apply_usage(self, usage: Usage, *, shared: bool) -> int:
+        """Take the backend's counts; returns how many completion tokens the server count adds."""
+        trace = self.trace
+        trace.count_source = usage.source
+        trace.prompt_tokens = usage.prompt_tokens
+        if usage.cached_prompt_tokens is not None:
+            trace.cached_prompt_tokens = usage.cached_prompt_tokens
+        if shared and self.index > 0 and usage.prompt_tokens:
+            trace.cached_prompt_tokens = usage.prompt_tokens  # one prefill served every choice
+        if usage.source == "server" and not shared and usage.completion_tokens >= trace.completion_tokens:
+            extra = usage.completion_tokens - trace.completion_tokens
+            trace.completion_tokens = usage.completion_tokens
+            return extra
+        return 0
+
+    def request_stop(self, reason: str, status: TraceStatus) -> None:
+        """Mark the sample to stop; the caller then cancels its scope or aborts its choice."""
+        if self.stop_reason is None and self.is_running:
+            self.stop_reason = reason
+            self.stop_status = status
+
+    def finish(self, now: float, *, error: str | None = None) -> Trace:
+        """Close the trace: ok, stopped (with its reason) or failed."""
+        trace = self.snapshot()
+        if trace.end is not None:
+            return trace
+        trace.end = now
+        if error is not None:
+            trace.status, trace.error = "error", error
+            trace.finish_reason = trace.finish_reason or "error"
+        elif self.stop_reason is not None and trace.finish_reason in (None, "abort"):
+            trace.status, trace.cancel_reason = self.stop_status, self.stop_reason
+            trace.finish_reason = "abort"
+        elif trace.finish_reason is None:
+            trace.status, trace.cancel_reason, trace.finish_reason = "cancelled", "abandoned", "abort"
+        if self.logprobs:
+            trace.logprobs = self.logprobs
+        if self.top_logprobs:
+            trace.top_logprobs = self.top_logprobs
+        return trace

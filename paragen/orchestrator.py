@@ -1,0 +1,129 @@
+"""The orchestrator: runs a strategy on one problem, or on many concurrently under a limit.
+
+It owns the task groups, the deadline and the budget of each run, and turns what
+goes wrong inside a strategy into a recorded result: a spent budget or a passed
+deadline end the run with what it has; a backend failure that escapes the strategy
+becomes ``stop_reason="error"``. Only cancellation from outside and programmer
+errors (bugs) propagate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import anyio
+
+from paragen.accounting import summarize
+from paragen.backends.base import Backend
+from paragen.config import Budget
+from paragen.context import Ledger, RunContext
+from paragen.errors import BackendError, BudgetExceededError
+from paragen.events import EventSink, RunEnded
+from paragen.strategy import Strategy
+from paragen.types import Problem, SamplingParams, StrategyResult
+
+
+class Orchestrator:
+    """Runs strategies over one backend with shared defaults, budget and concurrency limit."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        defaults: SamplingParams | None = None,
+        budget: Budget | None = None,
+        max_concurrent_problems: int = 8,
+        on_event: EventSink | None = None,
+    ) -> None:
+        if max_concurrent_problems <= 0:
+            raise ValueError("max_concurrent_problems must be positive")
+        self.backend = backend
+        self.defaults = defaults or SamplingParams()
+        self.budget = budget or Budget()
+        self.limit = max_concurrent_problems
+        self.on_event = on_event
+
+    async def run(self, strategy: Strategy, problem: Problem) -> StrategyResult:
+        """Run ``strategy`` on ``problem``; always returns a result unless cancelled from outside."""
+        ledger = Ledger(self.budget, self.on_event)
+        ctx = RunContext(self.backend, problem, defaults=self.defaults, ledger=ledger, strategy_name=strategy.name)
+        deadline = self.budget.deadline_s
+        result: StrategyResult | None = None
+        stop_reason, error = "done", None
+        with anyio.move_on_after(math.inf if deadline is None else deadline) as scope:
+            try:
+                result = await strategy.run(problem, ctx)
+            except BudgetExceededError as exc:
+                stop_reason, error = "budget", exc.one_line()
+            except BackendError as exc:
+                stop_reason, error = "error", exc.one_line()
+        if scope.cancelled_caught:
+            stop_reason = "deadline"
+        if ledger.budget_hit and stop_reason == "done" and result is None:
+            stop_reason = "budget"
+        result = self._complete(result, ctx, stop_reason, error)
+        result.config = strategy.config.model_dump(mode="json")
+        if self.on_event is not None:
+            self.on_event(RunEnded(result=result))
+        return result
+
+    def _complete(
+        self, result: StrategyResult | None, ctx: RunContext, stop_reason: str, error: str | None
+    ) -> StrategyResult:
+        latency = ctx.now()
+        traces = ctx.ledger.traces
+        for trace in traces:  # a deadline may have cut samples off mid-way
+            if trace.end is None:
+                trace.end, trace.status, trace.cancel_reason = latency, "cancelled", stop_reason
+        usage = summarize(traces, latency_s=latency)
+        if result is None:
+            return StrategyResult(
+                strategy=ctx.strategy_name,
+                problem_id=ctx.problem.id,
+                answer=None,
+                stop_reason=stop_reason,
+                error=error,
+                traces=list(traces),
+                usage=usage,
+            )
+        if ctx.ledger.budget_hit and result.stop_reason == "done":
+            stop_reason = "budget"
+        return result.model_copy(
+            update={"traces": list(traces), "usage": usage, "stop_reason": stop_reason, "error": error}
+        )
+
+    async def run_many(
+        self, strategy: Strategy, problems: Sequence[Problem]
+    ) -> list[StrategyResult]:
+        """Run ``strategy`` on every problem, at most ``limit`` at once; results in input order."""
+        results: list[StrategyResult | None] = [None] * len(problems)
+        async with self.stream_many(strategy, problems) as finished:
+            async for index, result in finished:
+                results[index] = result
+        return [r for r in results if r is not None]
+
+    @asynccontextmanager
+    async def stream_many(
+        self, strategy: Strategy, problems: Sequence[Problem]
+    ) -> AsyncIterator[AsyncIterator[tuple[int, StrategyResult]]]:
+        """Yield (input index, result) pairs as problems finish, at most ``limit`` running at once."""
+        send, recv = anyio.create_memory_object_stream[tuple[int, StrategyResult]](math.inf)
+        limiter = anyio.CapacityLimiter(self.limit)
+
+        async def one(index: int, problem: Problem) -> None:
+            async with limiter:
+                result = await self.run(strategy, problem)
+            send.send_nowait((index, result))
+
+        async def all_problems() -> None:
+            async with send, anyio.create_task_group() as tg:
+                for index, problem in enumerate(problems):
+                    tg.start_soon(one, index, problem)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(all_problems)
+            async with recv:
+                yield recv
+            tg.cancel_scope.cancel()

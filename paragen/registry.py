@@ -1,0 +1,62 @@
+"""Lazy plugin lookup through entry points.
+
+Built-in strategies and backends register through the same entry-point groups a
+third-party package uses ("paragen.strategies", "paragen.backends"), so there is
+one path for both. Nothing is imported until a name is asked for: listing plugins
+reads only metadata, which keeps ``paragen --help`` free of torch and vllm.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from paragen.errors import ConfigError, PluginNotFoundError
+
+STRATEGY_GROUP = "paragen.strategies"
+BACKEND_GROUP = "paragen.backends"
+JUDGE_GROUP = "paragen.judges"
+TOOL_GROUP = "paragen.tools"
+
+_KINDS = {STRATEGY_GROUP: "strategy", BACKEND_GROUP: "backend", JUDGE_GROUP: "judge", TOOL_GROUP: "tool"}
+_extra: dict[str, dict[str, Any]] = {group: {} for group in _KINDS}
+
+
+def _entry_points(group: str) -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def names(group: str) -> list[str]:
+    """Every name registered in ``group``, without importing any plugin."""
+    return sorted({*_entry_points(group), *_extra[group]})
+
+
+def register(group: str, name: str, obj: Any) -> None:
+    """Register ``obj`` under ``name`` at run time (tests, notebooks); entry points are the normal way."""
+    if group not in _extra:
+        raise ConfigError(f"unknown plugin group {group!r}", hint=f"use one of {sorted(_extra)}")
+    _extra[group][name] = obj
+
+
+def load(group: str, name: str) -> Any:
+    """The plugin object registered as ``name``; a clear error listing what exists otherwise."""
+    if name in _extra[group]:
+        return _extra[group][name]
+    found = _entry_points(group).get(name)
+    if found is None:
+        raise PluginNotFoundError(_KINDS[group], name, names(group))
+    try:
+        return found.load()
+    except ImportError as exc:
+        raise ConfigError(
+            f"{_KINDS[group]} {name!r} could not be imported: {exc}",
+            hint="install the extra it needs (e.g. pip install 'paragen[engine]')",
+        ) from exc
+
+
+def load_strategy(name: str) -> Any:
+    return load(STRATEGY_GROUP, name)
+
+
+def load_backend(name: str) -> Any:
+    return load(BACKEND_GROUP, name)

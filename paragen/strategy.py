@@ -1,0 +1,82 @@
+"""The Strategy protocol and a small base class.
+
+A strategy is a name, a pydantic ``Config`` (unknown fields refused) and
+``async run(problem, ctx) -> StrategyResult``. It decides; the context samples,
+cancels and accounts. Plugins register a Strategy class under the entry-point
+group "paragen.strategies"::
+
+    [project.entry-points."paragen.strategies"]
+    my_vote = "my_pkg.vote:MyVote"
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from paragen.context import RunContext
+from paragen.errors import ConfigError
+from paragen.types import Problem, StrategyResult
+
+
+class StrategyConfig(BaseModel):
+    """Base of strategy configs: unknown fields are refused, values are validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ConfigT = TypeVar("ConfigT", bound=StrategyConfig)
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """What the orchestrator runs."""
+
+    name: str
+    config: StrategyConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult: ...
+
+
+class BaseStrategy(Generic[ConfigT]):
+    """Convenience base: ``Config`` class attribute, construction from a config or keyword overrides."""
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type[StrategyConfig]] = StrategyConfig
+    config: ConfigT
+
+    def __init__(self, config: ConfigT | None = None, **overrides: Any) -> None:
+        if config is not None and overrides:
+            raise ConfigError(f"{self.name}: give a config or keyword overrides, not both")
+        self.config = config if config is not None else self.make_config(overrides)  # type: ignore[assignment]
+
+    @classmethod
+    def make_config(cls, values: dict[str, Any]) -> StrategyConfig:
+        """Validate ``values`` into this strategy's Config; a bad field gives one clear ConfigError."""
+        try:
+            return cls.Config.model_validate(values)
+        except ValidationError as exc:
+            raise ConfigError(f"strategy {cls.name!r}: {_first_error(exc)}", hint=_fields_hint(cls.Config)) from exc
+
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "config"
+    return f"{where}: {err['msg']}"
+
+
+def _fields_hint(config: type[BaseModel]) -> str:
+    return "fields: " + ", ".join(f"{name}" for name in config.model_fields)
+
+
+def build_strategy(name: str, options: dict[str, Any] | None = None) -> Strategy:
+    """Look ``name`` up in the registry and build it with ``options`` (validated)."""
+    from paragen.registry import load_strategy
+
+    cls = load_strategy(name)
+    strategy = cls(**(options or {}))
+    if not isinstance(strategy, Strategy):
+        raise ConfigError(f"strategy {name!r} does not implement the Strategy protocol")
+    return strategy

@@ -1,0 +1,226 @@
+"""The data that flows through paragen: problems, requests, deltas, traces, results.
+
+Configs and results are pydantic models (``extra="forbid"``, so a misspelt field is an
+error, not a silent default). :class:`Delta` sits on the hot path (one per generated
+token or chunk), so it is a slotted dataclass instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+TraceStatus = Literal["ok", "cancelled", "pruned", "error"]
+TraceKind = Literal["sample", "judge", "tool"]
+CountSource = Literal["server", "token_ids", "tokenizer", "estimate", "none"]
+
+_request_ids = itertools.count()
+
+
+class Model(BaseModel):
+    """Base of paragen's pydantic models: unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Problem(Model):
+    """One question to answer; ``gold`` is the reference answer when it is known."""
+
+    id: str = "problem"
+    question: str
+    gold: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("question")
+    @classmethod
+    def _question_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the question is empty")
+        return value
+
+
+class SamplingParams(Model):
+    """How to sample one completion. ``top_k=0`` and ``top_p=1`` switch those filters off."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_tokens: int = Field(default=512, gt=0, le=1_000_000)
+    temperature: float = Field(default=0.7, ge=0.0, le=10.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = Field(default=0, ge=0, le=20)
+
+    @field_validator("stop")
+    @classmethod
+    def _stops_not_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not s for s in value):
+            raise ValueError("stop strings must be non-empty")
+        return value
+
+
+class ChatMessage(Model):
+    """One chat turn."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class GenerateRequest(Model):
+    """What a backend is asked for: a raw prompt or chat messages, sampled ``n`` times.
+
+    ``continue_final`` continues the last (assistant) message instead of opening a new
+    assistant turn; strategies use it to prefill a reply (NoThinking, budget forcing).
+    ``affinity`` groups requests that share a prefix, so a server pool routes them to
+    one replica and its prefix cache serves them.
+    """
+
+    prompt: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    params: SamplingParams = Field(default_factory=SamplingParams)
+    n: int = Field(default=1, gt=0, le=1024)
+    continue_final: bool = False
+    affinity: str | None = None
+    request_id: str = Field(default_factory=lambda: f"pg-{next(_request_ids)}")
+
+    @model_validator(mode="after")
+    def _one_input(self) -> GenerateRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of prompt or messages")
+        if self.prompt is not None and not self.prompt:
+            raise ValueError("the prompt is empty")
+        if self.messages is not None:
+            if not self.messages:
+                raise ValueError("messages is empty")
+            if self.continue_final and self.messages[-1].role != "assistant":
+                raise ValueError("continue_final needs the last message to be the assistant's")
+        return self
+
+    def with_params(self, **changes: Any) -> GenerateRequest:
+        """A copy with some sampling parameters changed (and a fresh request id)."""
+        params = self.params.model_copy(update=changes)
+        return self.model_copy(update={"params": params, "request_id": f"pg-{next(_request_ids)}"})
+
+
+@dataclass(slots=True)
+class Delta:
+    """A piece of one choice's output as it streams.
+
+    ``num_tokens`` is how many tokens this piece stands for; it is exact when
+    ``token_ids`` is given or the server counts (see the stream's ``usage.source``).
+    ``logprobs`` holds the chosen tokens' log-probabilities; ``top_logprobs`` the
+    best alternatives' log-probabilities per token (for confidence measures).
+    The last delta of a choice carries its ``finish_reason``.
+    """
+
+    index: int
+    text: str
+    num_tokens: int
+    token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
+    top_logprobs: tuple[tuple[float, ...], ...] | None = None
+    finish_reason: FinishReason | None = None
+
+
+class Usage(Model):
+    """Token counts of one request and how they were obtained."""
+
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int | None = None
+    completion_tokens: int = 0
+    source: CountSource = "none"
+
+
+class Completion(Model):
+    """One finished choice as a backend produced it (what ``generate()`` returns)."""
+
+    index: int = 0
+    text: str
+    token_ids: list[int] | None = None
+    num_tokens: int
+    finish_reason: FinishReason
+    logprobs: list[float] | None = None
+    top_logprobs: list[list[float]] | None = None
+
+
+class Trace(Model):
+    """The record of one sample (or judge call, or tool call) inside a run.
+
+    Times are seconds on the run's monotonic clock (0 = the run's start). A cancelled
+    or pruned trace keeps the text and tokens it had produced up to that moment.
+    """
+
+    id: int
+    label: str = "sample"
+    kind: TraceKind = "sample"
+    status: TraceStatus = "ok"
+    text: str = ""
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int | None = None
+    count_source: CountSource = "none"
+    finish_reason: FinishReason | None = None
+    start: float = 0.0
+    first_token: float | None = None
+    end: float | None = None
+    cancel_reason: str | None = None
+    error: str | None = None
+    answer: str | None = None
+    logprobs: list[float] | None = None
+    top_logprobs: list[list[float]] | None = None
+    parents: list[int] = Field(default_factory=list)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def is_ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def is_truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+class RunUsage(Model):
+    """The accounting every strategy reports the same way.
+
+    ``sequential_tokens`` is the critical path: the largest sum of generated tokens
+    along a chain of traces each of which started after the previous one ended (or
+    named it as a parent). ``wasted_tokens`` were generated and then cancelled,
+    pruned or failed. Judge and tool work is counted apart from the samples.
+    """
+
+    total_tokens: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int | None = None
+    sequential_tokens: int = 0
+    wasted_tokens: int = 0
+    judge_tokens: int = 0
+    num_samples: int = 0
+    num_cancelled: int = 0
+    num_errors: int = 0
+    latency_s: float = 0.0
+    ttft_s: float | None = None
+    count_sources: list[CountSource] = Field(default_factory=list)
+
+
+class StrategyResult(Model):
+    """What a strategy returns: the answer (None = NO_ANSWER), the traces and the accounting."""
+
+    strategy: str
+    problem_id: str
+    answer: str | None
+    text: str | None = None
+    stop_reason: Literal["done", "deadline", "budget", "error"] = "done"
+    error: str | None = None
+    traces: list[Trace] = Field(default_factory=list)
+    usage: RunUsage = Field(default_factory=RunUsage)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
