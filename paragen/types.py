@@ -21,6 +21,13 @@ CountSource = Literal["server", "token_ids", "tokenizer", "estimate", "none"]
 _request_ids = itertools.count()
 
 
+def _require_utf8(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates: bytes that were not UTF-8 on the way in
+        raise ValueError(f"{what} is not valid UTF-8 (byte at position {exc.start})") from None
+
+
 class Model(BaseModel):
     """Base of paragen's pydantic models: unknown fields are refused."""
 
@@ -40,6 +47,7 @@ class Problem(Model):
     def _question_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("the question is empty")
+        _require_utf8(value, "the question")
         return value
 
 
@@ -97,6 +105,8 @@ class GenerateRequest(Model):
             raise ValueError("give exactly one of prompt or messages")
         if self.prompt is not None and not self.prompt:
             raise ValueError("the prompt is empty")
+        for text in [self.prompt or "", *(m.content for m in self.messages or ())]:
+            _require_utf8(text, "the prompt")
         if self.messages is not None:
             if not self.messages:
                 raise ValueError("messages is empty")

@@ -39,6 +39,7 @@ from paragen.backends.pool import Pool, Replica
 from paragen.errors import BackendConnectionError, BackendError, BackendProtocolError, ConfigError
 from paragen.types import Delta, GenerateRequest, Model, Usage
 
+_SSE_HEADERS = {"Accept": "text/event-stream"}
 _KINDS: dict[str, ServerKind] = {
     "vllm": "vllm",
     "sglang": "sglang",
@@ -267,7 +268,7 @@ def _json(response: httpx.Response, url: str) -> dict[str, Any]:
 
 
 class _StreamContext:
-    """What ``stream()`` returns: probes on entry, closes the request on exit."""
+    """What ``stream()`` returns: the stream on entry; on exit, the request is closed."""
 
     def __init__(self, backend: OpenAIBackend, request: GenerateRequest) -> None:
         self._backend = backend
@@ -275,12 +276,7 @@ class _StreamContext:
         self._stream: _HTTPStream | None = None
 
     async def __aenter__(self) -> CompletionStream:
-        info = await self._backend.server_info(self._backend.pool.replicas[0])
-        if self._request.n > 1 and not info.native_n:
-            raise ConfigError(
-                f"{self._backend.pool.replicas[0].url} does not accept n > 1",
-                hint="send n=1 requests (capabilities.native_n is False)",
-            )
+        # No I/O here: the probe and the request happen on first iteration, inside the retry loop.
         self._stream = _HTTPStream(self._backend, self._request)
         return self._stream
 
@@ -333,6 +329,10 @@ class _HTTPStream:
 
     async def _attempt(self, replica: Replica) -> AsyncGenerator[Delta, None]:
         info = await self._backend.server_info(replica)
+        if self._request.n > 1 and not info.native_n:
+            raise ConfigError(
+                f"{replica.url} does not accept n > 1", hint="send n=1 requests (see capabilities)"
+            )
         endpoint = self._backend.endpoint_for(self._request)
         rid = f"{self._request.request_id}-{uuid.uuid4().hex[:8]}" if info.kind == "sglang" else None
         options = WireOptions(info.model, endpoint, info.kind, info.continuous_usage, rid)
@@ -343,7 +343,10 @@ class _HTTPStream:
         with self._backend.pool.lease(replica):
             with map_http_errors(url):
                 response = await client.send(
-                    client.build_request("POST", url, json=build_body(self._request, options)), stream=True
+                    client.build_request(
+                        "POST", url, json=build_body(self._request, options), headers=_SSE_HEADERS
+                    ),
+                    stream=True,
                 )
             try:
                 with map_http_errors(url):

@@ -101,7 +101,7 @@ class _PromptDetails(_Lenient):
 
 
 class _Usage(_Lenient):
-    prompt_tokens: int = 0
+    prompt_tokens: int | None = None
     completion_tokens: int = 0
     prompt_tokens_details: _PromptDetails | None = None
 
@@ -202,6 +202,8 @@ class ChunkParser:
     def _count(self, num_tokens: int, source: str) -> None:
         usage = self.usage
         usage.completion_tokens += num_tokens
+        if num_tokens == 0 and source != "server":
+            return  # an empty chunk (role, finish) says nothing about how tokens are counted
         if source == "server" and self.num_choices == 1:
             usage.source = "server"  # the server's count covers every token so far
             return
@@ -211,7 +213,8 @@ class ChunkParser:
             usage.source = source  # type: ignore[assignment]
 
     def _take_prompt(self, usage: _Usage) -> None:
-        self.usage.prompt_tokens = usage.prompt_tokens
+        if usage.prompt_tokens is not None:
+            self.usage.prompt_tokens = usage.prompt_tokens
         if usage.prompt_tokens_details is not None:
             self.usage.cached_prompt_tokens = usage.prompt_tokens_details.cached_tokens
 

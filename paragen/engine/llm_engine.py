@@ -100,11 +100,19 @@ class LLMEngine:
         return self.scheduler.is_idle
 
     def add_request(
-        self, prompt_ids: list[int], params: SamplingParams, n: int = 1, *, share_prefix: bool = True
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        n: int = 1,
+        *,
+        share_prefix: bool = True,
+        ignore_eos: bool = False,
     ) -> list[int]:
         """Queue ``n`` samples of one prompt; returns their sequence ids (sample i is ids[i])."""
         self.check_fits(len(prompt_ids), n)
         seqs = [self._new_seq(prompt_ids, params, i) for i in range(n)]
+        for seq in seqs:
+            seq.params.ignore_eos = ignore_eos  # benchmarks: fixed lengths
         if share_prefix:
             seqs[0].forks = seqs[1:]
             for child in seqs[1:]:

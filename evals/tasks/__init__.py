@@ -1,0 +1,90 @@
+"""The task registry: built-in benchmarks by name, and users' own data as tasks.
+
+``get_task("gsm8k")`` gives a built-in; ``get_task("path/to/file.jsonl")`` (or .csv,
+.parquet) and ``get_task("hf:owner/name")`` build a task from the user's data with a
+field mapping (``question=``, ``answer=``, ``id=``) and a grading mode.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from paragen.answers import ExtractMode
+from paragen.errors import ConfigError
+
+from evals.tasks.base import DATA_DIR, Fields, HubSource, Selection, Task, hub_offline, load_problems
+
+BUILTIN = ("arith", "gsm8k", "math500", "aime24", "aime25", "amc23")
+_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+_MODES: tuple[ExtractMode, ...] = ("auto", "boxed", "answer_is", "last_number")
+
+
+def task_names() -> list[str]:
+    return list(BUILTIN)
+
+
+def get_task(
+    spec: str,
+    *,
+    question: str | None = None,
+    answer: str | None = None,
+    id_field: str | None = None,
+    grading: str | None = None,
+    split: str = "train",
+    config: str | None = None,
+    revision: str | None = None,
+) -> Task:
+    """A built-in task by name, or a user task from a local file or ``hf:owner/name``."""
+    if spec in BUILTIN:
+        task: Task = importlib.import_module(f"evals.tasks.{spec}").TASK
+        return task if grading is None else _replace_grading(task, grading)
+    fields = Fields(question or "problem", answer or "answer", id_field)
+    mode = _mode(grading or "auto")
+    if spec.startswith("hf:"):
+        repo = spec[3:]
+        hub = HubSource(repo, split=split, config=config, revision=revision, fields=fields)
+        return Task(name=repo, description=f"hub dataset {repo}", hub=hub, grading=mode)
+    path = Path(spec)
+    if path.suffix.lower() in _FORMATS:
+        if not path.is_file():
+            raise ConfigError(f"task file {spec!r} does not exist")
+        return Task(
+            name=path.stem,
+            description=f"local file {path}",
+            bundled=str(path.resolve()),
+            bundled_fields=fields,
+            grading=mode,
+            file_format=_FORMATS[path.suffix.lower()],
+        )
+    raise ConfigError(
+        f"unknown task {spec!r}",
+        hint=f"use one of {', '.join(BUILTIN)}, a .jsonl/.csv/.parquet file, or hf:OWNER/NAME",
+    )
+
+
+def _mode(grading: str) -> ExtractMode:
+    for mode in _MODES:
+        if grading == mode:
+            return mode
+    raise ConfigError(f"unknown grading mode {grading!r}", hint=f"use one of {', '.join(_MODES)}")
+
+
+def _replace_grading(task: Task, grading: str) -> Task:
+    from dataclasses import replace
+
+    return replace(task, grading=_mode(grading))
+
+
+__all__ = [
+    "BUILTIN",
+    "DATA_DIR",
+    "Fields",
+    "HubSource",
+    "Selection",
+    "Task",
+    "get_task",
+    "hub_offline",
+    "load_problems",
+    "task_names",
+]

@@ -1,0 +1,13 @@
+"""AMC 2023 (the 40 numeric-answer problems of 12A/12B used by Qwen2.5-Math, LIMO, simpleRL)."""
+
+from __future__ import annotations
+
+from evals.tasks.base import Fields, HubSource, Task
+
+TASK = Task(
+    name="amc23",
+    description="AMC 2023: 40 problems with numeric answers (no answer choices)",
+    hub=HubSource("math-ai/amc23", split="test", fields=Fields("question", "answer", "id")),
+    bundled="amc23.jsonl",
+    grading="boxed",
+)

@@ -1,0 +1,49 @@
+"""The short way in: ``solve`` / ``asolve`` a question with a named strategy and backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from paragen.backends.base import Backend
+from paragen.config import Budget
+from paragen.orchestrator import Orchestrator
+from paragen.strategy import Strategy, build_strategy
+from paragen.types import Problem, SamplingParams, StrategyResult
+
+
+async def asolve(
+    question: str | Problem,
+    *,
+    strategy: str | Strategy = "majority",
+    backend: Backend,
+    sampling: SamplingParams | None = None,
+    budget: Budget | None = None,
+    **options: Any,
+) -> StrategyResult:
+    """Answer one question; ``options`` configure the strategy (e.g. ``n=8``)."""
+    problem = question if isinstance(question, Problem) else Problem(question=question)
+    chosen = build_strategy(strategy, options) if isinstance(strategy, str) else strategy
+    orchestrator = Orchestrator(backend, defaults=sampling, budget=budget)
+    return await orchestrator.run(chosen, problem)
+
+
+def run_sync(
+    question: str | Problem,
+    *,
+    strategy: str | Strategy = "majority",
+    backend: Backend,
+    sampling: SamplingParams | None = None,
+    budget: Budget | None = None,
+    **options: Any,
+) -> StrategyResult:
+    """:func:`asolve` from synchronous code (a script, a notebook cell without a running loop)."""
+
+    async def go() -> StrategyResult:
+        return await asolve(question, strategy=strategy, backend=backend, sampling=sampling, budget=budget, **options)
+
+    return anyio.run(go)
+
+
+solve = run_sync

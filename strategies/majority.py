@@ -1,0 +1,43 @@
+"""Self-consistency (Wang et al., 2022): n samples, the most frequent final answer wins."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from paragen.answers import extract_answer, majority_vote, vote_counts
+from paragen.context import RunContext
+from paragen.prompts import solve_messages
+from paragen.strategy import BaseStrategy, StrategyConfig
+from paragen.types import Problem, StrategyResult, Trace
+
+
+class MajorityConfig(StrategyConfig):
+    n: int = Field(default=8, ge=1, le=1024, description="samples to vote over")
+    temperature: float | None = Field(default=None, ge=0, description="override the run's temperature")
+
+
+class Majority(BaseStrategy[MajorityConfig]):
+    """n samples at once; vote over their answers (NO_ANSWER ignored, ties to the first seen)."""
+
+    name = "majority"
+    Config = MajorityConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        overrides = {} if self.config.temperature is None else {"temperature": self.config.temperature}
+        request = ctx.request(messages=solve_messages(problem.question), **overrides)
+        finished: list[Trace] = []
+        async with ctx.fanout(request, n=self.config.n) as fan:
+            async for trace in fan:
+                trace.answer = extract_answer(trace.text) if trace.is_ok else None
+                finished.append(trace)
+        return finish_vote(ctx, finished)
+
+
+def finish_vote(ctx: RunContext, traces: list[Trace], weights: list[float] | None = None) -> StrategyResult:
+    """Vote over ``traces``' answers and finish with the first trace that gave the winner as its text."""
+    answers = [t.answer for t in traces]
+    winner = majority_vote(answers, weights)
+    text = next((t.text for t in traces if t.answer == winner), None) if winner is not None else None
+    counts = vote_counts(answers)
+    top = next(iter(counts.values()), 0)
+    return ctx.finish(winner, text=text, metrics={"votes_for_winner": float(top), "distinct_answers": len(counts)})

@@ -1,0 +1,29 @@
+"""One sample: the baseline every parallel method is measured against."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from paragen.answers import extract_answer
+from paragen.context import RunContext
+from paragen.prompts import solve_messages
+from paragen.strategy import BaseStrategy, StrategyConfig
+from paragen.types import Problem, StrategyResult
+
+
+class SingleConfig(StrategyConfig):
+    n: int = Field(default=1, ge=1, le=1, description="always one sample; present so sweeps can pass n=1")
+    temperature: float | None = Field(default=None, ge=0, description="override the run's temperature")
+
+
+class Single(BaseStrategy[SingleConfig]):
+    """Sample once and extract the boxed answer."""
+
+    name = "single"
+    Config = SingleConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        overrides = {} if self.config.temperature is None else {"temperature": self.config.temperature}
+        trace = await ctx.sample(ctx.request(messages=solve_messages(problem.question), **overrides))
+        trace.answer = extract_answer(trace.text) if trace.is_ok else None
+        return ctx.finish(trace.answer, text=trace.text)

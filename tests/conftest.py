@@ -1,0 +1,16 @@
+"""Shared fixtures: anyio on asyncio, and offline switches so no test waits on a network."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
