@@ -44,11 +44,11 @@ def parse_options(pairs: list[str], what: str) -> dict[str, Any]:
 def build_backend(spec: str, *, model: str | None, base_url: str | None, options: dict[str, Any]) -> Any:
     """A backend from a ``kind[:target]`` spec plus the common --model/--base-url flags."""
     kind, target = parse_backend_spec(spec)
-    cls = load(BACKEND_GROUP, kind)
     if base_url is not None:
         if kind != "openai":
             raise ConfigError("--base-url is for the openai backend", hint=f"the {kind} backend takes a target")
         target = target or base_url
+    cls = load(BACKEND_GROUP, kind)
     if model is not None:
         if kind == "engine":
             target = target or model

@@ -253,7 +253,8 @@ class RunContext:
         )
         self.ledger.traces.append(trace)
         self._own.append(trace)
-        self._send(SampleStarted(problem_id=self.problem.id, trace_id=trace.id, label=trace.label, t=trace.start))
+        if self.ledger.sink is not None:
+            self._send(SampleStarted(problem_id=self.problem.id, trace_id=trace.id, label=trace.label, t=trace.start))
         return trace
 
     def check_budget(self, request: GenerateRequest) -> GenerateRequest:
@@ -265,22 +266,25 @@ class RunContext:
             return request.model_copy(update={"params": request.params.model_copy(update={"max_tokens": cap})})
         return request
 
-    async def charge(self, tokens: int) -> None:
-        """Count generated tokens; when the total budget is reached, stop the whole run's samples."""
+    def charge(self, tokens: int) -> bool:
+        """Count generated tokens; True when this reached the total budget (the caller then stops the run)."""
         ledger = self.ledger
         ledger.total_tokens += tokens
         cap = ledger.budget.max_total_tokens
         if cap is not None and ledger.total_tokens >= cap and not ledger.budget_hit:
             ledger.budget_hit = True
-            await self.cancel("budget")
+            return True
+        return False
 
     def ended(self, trace: Trace) -> None:
         self.ledger.live.pop(trace.id, None)
-        self._send(SampleEnded(problem_id=self.problem.id, trace=trace))
+        if self.ledger.sink is not None:
+            self._send(SampleEnded(problem_id=self.problem.id, trace=trace))
 
     def _send(self, event: Any) -> None:
-        if self.ledger.sink is not None:
-            self.ledger.sink(event)
+        sink = self.ledger.sink
+        if sink is not None:
+            sink(event)
 
 
 async def stop_sample(live: LiveSample, reason: str, status: str) -> None:

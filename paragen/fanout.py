@@ -134,15 +134,19 @@ class Fanout:
         try:
             with live.scope:
                 async with ctx.backend.stream(request) as stream:
+                    watching = self._monitor is not None or self._checkpoint is not None
+                    now = ctx.clock.now
                     async for delta in stream:
-                        live.add(delta, ctx.now())
-                        await ctx.charge(delta.num_tokens)
-                        await self._after_delta(live)
+                        live.add(delta, now())
+                        if ctx.charge(delta.num_tokens):
+                            await ctx.cancel("budget")
+                        if watching:
+                            await self._after_delta(live)
         except BackendError as exc:
             error = exc.one_line()
         finally:
             if stream is not None:
-                await ctx.charge(live.apply_usage(stream.usage, shared=False))
+                ctx.charge(live.apply_usage(stream.usage, shared=False))
             self._end(live, error)
 
     async def _drive_group(self, lives: list[LiveSample], request: GenerateRequest) -> None:
@@ -160,7 +164,8 @@ class Fanout:
                     if not live.is_running or live.stop_reason is not None:
                         continue
                     live.add(delta, ctx.now())
-                    await ctx.charge(delta.num_tokens)
+                    if ctx.charge(delta.num_tokens):
+                        await ctx.cancel("budget")
                     if delta.finish_reason is not None:
                         live.apply_usage(stream.usage, shared=True)
                         self._end(live, None)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import anyio
 
 from paragen.backends.base import CompletionStream
-from paragen.types import Delta, TraceStatus, Trace, Usage
+from paragen.types import Delta, FinishReason, Trace, TraceStatus, Usage
 
 Monitor = Callable[["LiveSample"], str | None]
 """Called after each delta of a sample; returning a reason prunes the sample with it."""
@@ -22,6 +22,9 @@ class LiveSample:
 
     __slots__ = (
         "_chunks",
+        "_finish_reason",
+        "_first_token",
+        "_tokens",
         "group",
         "index",
         "logprobs",
@@ -37,6 +40,9 @@ class LiveSample:
         self.trace = trace
         self.index = index
         self._chunks: list[str] = []
+        self._tokens = 0
+        self._first_token: float | None = None
+        self._finish_reason: FinishReason | None = None
         self.logprobs: list[float] = []
         self.top_logprobs: list[list[float]] = []
         self.scope: anyio.CancelScope | None = None
@@ -51,29 +57,34 @@ class LiveSample:
 
     @property
     def num_tokens(self) -> int:
-        return self.trace.completion_tokens
+        return self._tokens
 
     def text(self) -> str:
         """The text so far (joined lazily: the hot path only appends)."""
         return "".join(self._chunks)
 
     def add(self, delta: Delta, now: float) -> None:
-        trace = self.trace
-        if trace.first_token is None:
-            trace.first_token = now
+        # The hot path: plain slots only; the pydantic trace is brought up to date in snapshot().
+        if self._first_token is None:
+            self._first_token = now
         self._chunks.append(delta.text)
-        trace.completion_tokens += delta.num_tokens
+        self._tokens += delta.num_tokens
         if delta.logprobs:
             self.logprobs.extend(delta.logprobs)
         if delta.top_logprobs:
             self.top_logprobs.extend(list(t) for t in delta.top_logprobs)
         if delta.finish_reason is not None:
-            trace.finish_reason = delta.finish_reason
+            self._finish_reason = delta.finish_reason
 
     def snapshot(self) -> Trace:
-        """Bring the trace's text up to date and return it."""
-        self.trace.text = self.text()
-        return self.trace
+        """Bring the trace (text, token count, first-token time, finish reason) up to date and return it."""
+        trace = self.trace
+        trace.text = self.text()
+        trace.completion_tokens = self._tokens
+        trace.first_token = self._first_token
+        if self._finish_reason is not None:
+            trace.finish_reason = self._finish_reason
+        return trace
 
     def apply_usage(self, usage: Usage, *, shared: bool) -> int:
         """Take the backend's counts; returns how many completion tokens the server count adds."""
@@ -84,9 +95,10 @@ class LiveSample:
             trace.cached_prompt_tokens = usage.cached_prompt_tokens
         if shared and self.index > 0 and usage.prompt_tokens:
             trace.cached_prompt_tokens = usage.prompt_tokens  # one prefill served every choice
-        if usage.source == "server" and not shared and usage.completion_tokens >= trace.completion_tokens:
-            extra = usage.completion_tokens - trace.completion_tokens
-            trace.completion_tokens = usage.completion_tokens
+        if usage.source == "server" and not shared and usage.completion_tokens >= self._tokens:
+            extra = usage.completion_tokens - self._tokens
+            self._tokens = usage.completion_tokens
+            trace.completion_tokens = self._tokens
             return extra
         return 0
 

@@ -17,7 +17,9 @@ from paragen.strategy import Strategy
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
 
 
-def overrides(temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None) -> dict[str, Any]:
+def overrides(
+    temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None
+) -> dict[str, Any]:
     """Sampling overrides from a config: None means "keep the run's default"."""
     found = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
     return {key: value for key, value in found.items() if value is not None}
@@ -52,7 +54,10 @@ def vote_finish(
     winner = majority_vote(answers, weights)
     text = next((t.text for t in traces if t.answer == winner), None) if winner is not None else None
     counts = vote_counts(answers)
-    found = {"votes_for_winner": float(next(iter(counts.values()), 0)), "distinct_answers": float(len(counts))}
+    found = {
+        "votes_for_winner": float(next(iter(counts.values()), 0)),
+        "distinct_answers": float(len(counts)),
+    }
     return ctx.finish(winner, text=text, metrics={**found, **(metrics or {})})
 
 

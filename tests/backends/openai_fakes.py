@@ -10,7 +10,6 @@ from typing import Any
 import anyio
 import httpx
 
-
 Event = str | dict[str, Any] | BaseException
 
 

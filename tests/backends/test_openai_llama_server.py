@@ -68,16 +68,22 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: 
 
 
 @pytest.fixture(scope="session")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def llama_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("llama") / "server.log"
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_log: Path) -> Iterator[str]:
     """Base URL of a llama-cpp-python server serving SmolLM2-135M-Instruct."""
     if importlib.util.find_spec("llama_cpp") is None:
         _missing("llama-cpp-python is not installed")
     model, port = _model_path(), _free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
+    log = llama_log
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
     command += ["--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its log is read by the tests
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         _wait_ready(url, process, log)
@@ -139,7 +145,7 @@ async def test_stop_strings(llama_server: str) -> None:
     await backend.aclose()
 
 
-async def test_early_exit_then_the_server_serves_the_next_request(llama_server: str) -> None:
+async def test_early_exit_then_the_server_serves_the_next_request(llama_server: str, llama_log: Path) -> None:
     backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
     request = GenerateRequest(
         prompt="Write a long story about a dragon.", params=SamplingParams(max_tokens=1000)
@@ -155,6 +161,7 @@ async def test_early_exit_then_the_server_serves_the_next_request(llama_server: 
     # Had the server kept generating the 1000-token story, this would wait behind it.
     assert completion.text and time.perf_counter() - start < 5.0
     assert backend.pool.replicas[0].num_outstanding == 0
+    assert "Disconnected from client" in llama_log.read_text()  # the server saw the close and stopped
     await backend.aclose()
 
 

@@ -49,7 +49,9 @@ class Tool:
         allowed = _keyword_only(self.fn)
         unknown = sorted(set(options) - allowed)
         if unknown:
-            raise ConfigError(f"tool {self.name!r} has no option(s) {unknown}", hint=f"options: {sorted(allowed)}")
+            raise ConfigError(
+                f"tool {self.name!r} has no option(s) {unknown}", hint=f"options: {sorted(allowed)}"
+            )
         return replace(self, options={**self.options, **options})
 
     def validate(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> BaseModel:
@@ -112,7 +114,9 @@ def load_tool(name: str) -> Tool:
     return found
 
 
-def load_tools(names: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Tool]:
+def load_tools(
+    names: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Tool]:
     """Tools by name, each bound to its options (``{"lookup": {"root": "docs/"}}``)."""
     options = options or {}
     unknown = sorted(set(options) - set(names))

@@ -1,0 +1,189 @@
+"""`paragen eval` and `paragen report`: the harness's two commands.
+
+``register(app)`` adds them to the paragen CLI; ``python -m evals.cli`` runs them alone.
+
+    paragen eval -t arith -s single,majority,ffs --n 1,4,8 --backend engine --limit 30 --out runs/NAME
+    paragen report runs/NAME --format md --regrade --plot
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from paragen.errors import ConfigError, ParagenError
+from paragen.types import SamplingParams
+from pydantic import ValidationError
+
+PLOT_FILE = "pareto.png"
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parse_ns(text: str) -> list[int]:
+    try:
+        ns = [int(part) for part in _split(text)]
+    except ValueError:
+        raise ConfigError(f"bad --n {text!r}", hint="give positive integers separated by commas, e.g. 1,4,8") from None
+    if not ns or any(n <= 0 for n in ns):
+        raise ConfigError(f"bad --n {text!r}", hint="give positive integers separated by commas, e.g. 1,4,8")
+    return ns
+
+
+def parse_options(items: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values are read as JSON when they parse (numbers, booleans), else strings."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"bad option {item!r}", hint="the form is KEY=VALUE")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
+def parse_strategy_options(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``STRATEGY.KEY=VALUE`` pairs grouped by strategy."""
+    grouped: dict[str, dict[str, Any]] = {}
+    for key, value in parse_options(items).items():
+        name, dot, field = key.partition(".")
+        if not dot or not field:
+            raise ConfigError(f"bad strategy option {key!r}", hint="the form is STRATEGY.KEY=VALUE")
+        grouped.setdefault(name, {})[field] = value
+    return grouped
+
+
+def _fail(exc: ParagenError) -> None:
+    typer.echo(exc.one_line(), err=True)
+    raise typer.Exit(2)
+
+
+def _sampling(max_tokens: int, temperature: float, sample_seed: int | None) -> SamplingParams:
+    try:
+        return SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=sample_seed)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"bad sampling option {err['loc'][0]}: {err['msg']}") from None
+
+
+def eval_command(
+    task: Annotated[str, typer.Option("-t", "--task", help="arith, gsm8k, math500, aime24, aime25, amc23, a file, or hf:ID")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="run folder for records.jsonl, run.json and plots")],
+    strategies: Annotated[str, typer.Option("-s", "--strategies", help="comma-separated strategy names")] = "single",
+    ns: Annotated[str, typer.Option("--n", help="comma-separated n values for strategies with an n")] = "1",
+    backend: Annotated[str, typer.Option("--backend", "-b", help="KIND[:TARGET], e.g. engine or openai:URL")] = "engine",
+    backend_opt: Annotated[list[str], typer.Option("--backend-opt", help="KEY=VALUE for the backend")] = [],  # noqa: B006
+    strategy_opt: Annotated[list[str], typer.Option("--strategy-opt", "-O", help="STRATEGY.KEY=VALUE")] = [],  # noqa: B006
+    limit: Annotated[int | None, typer.Option(help="at most this many problems")] = None,
+    offset: Annotated[int, typer.Option(help="skip this many problems first")] = 0,
+    ids: Annotated[str, typer.Option(help="comma-separated problem ids")] = "",
+    shuffle: Annotated[bool, typer.Option(help="shuffle the problems with --seed first")] = False,
+    seed: Annotated[int, typer.Option(help="seed of --shuffle")] = 0,
+    resume: Annotated[bool, typer.Option(help="continue a run folder, skipping what is recorded")] = False,
+    max_concurrent: Annotated[int, typer.Option(help="problems in flight at once")] = 8,
+    max_tokens: Annotated[int, typer.Option(help="max tokens per sample")] = 512,
+    temperature: Annotated[float, typer.Option(help="sampling temperature")] = 0.7,
+    sample_seed: Annotated[int | None, typer.Option(help="sampling seed given to the backend")] = None,
+    question_field: Annotated[str | None, typer.Option(help="user data: field with the question")] = None,
+    answer_field: Annotated[str | None, typer.Option(help="user data: field with the gold answer")] = None,
+    id_field: Annotated[str | None, typer.Option(help="user data: field with the problem id")] = None,
+    grading: Annotated[str | None, typer.Option(help="answer extraction: auto, boxed, answer_is, last_number")] = None,
+    split: Annotated[str, typer.Option(help="user hub data: split")] = "train",
+    offline: Annotated[bool, typer.Option(help="use bundled copies, never the hub")] = False,
+    progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+    plot: Annotated[bool, typer.Option(help="write pareto.png beside the records")] = True,
+) -> None:
+    """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
+    from evals.tasks import Selection, get_task
+
+    try:
+        task_obj = get_task(task, question=question_field, answer=answer_field, id_field=id_field,
+                            grading=grading, split=split)  # fmt: skip
+        selection = Selection(limit=limit, offset=offset, ids=_split(ids), shuffle=shuffle, seed=seed)
+        settings = {
+            "strategies": _split(strategies), "ns": parse_ns(ns), "backend": backend,
+            "backend_options": parse_options(backend_opt), "strategy_options": parse_strategy_options(strategy_opt),
+            "sampling": _sampling(max_tokens, temperature, sample_seed), "out": out, "resume": resume,
+            "max_concurrent": max_concurrent, "seed": seed, "progress": progress, "offline": offline or None,
+        }  # fmt: skip
+        records = run_sweep(task_obj, selection, settings)
+    except ParagenError as exc:
+        _fail(exc)
+        return
+    typer.echo(f"{len(records)} records in {out / 'records.jsonl'}")
+    _show(out, fmt="table", do_regrade=False, plot=plot)
+
+
+def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Load problems, build the backend and strategies, run the sweep; returns records in input order."""
+    import anyio
+
+    from evals.runner import EvalSpec, build_backend, build_combos, run_eval
+    from evals.tasks import load_problems
+
+    problems = load_problems(task, selection, offline=settings["offline"])
+    combos = build_combos(settings["strategies"], settings["ns"], settings["strategy_options"])
+    backend = build_backend(settings["backend"], settings["backend_options"])
+    spec = EvalSpec(task=task, problems=problems, combos=combos, out=settings["out"], backend_spec=settings["backend"],
+                    resume=settings["resume"], max_concurrent=settings["max_concurrent"], sampling=settings["sampling"],
+                    seed=settings["seed"], progress=settings["progress"])  # fmt: skip
+
+    async def main() -> list[dict[str, Any]]:
+        try:
+            return await run_eval(spec, backend)
+        finally:
+            await backend.aclose()
+
+    return anyio.run(main)
+
+
+def report_command(
+    run: Annotated[Path, typer.Argument(help="a run folder written by `paragen eval`")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, csv or md")] = "table",
+    regrade: Annotated[bool, typer.Option(help="re-score the recorded answers with the current grader")] = False,
+    plot: Annotated[bool, typer.Option(help="write pareto.png beside the records")] = False,
+) -> None:
+    """Summarize a run's records: accuracy with CIs, latency, tokens, offline estimates, matched budgets."""
+    try:
+        _show(run, fmt=fmt, do_regrade=regrade, plot=plot)
+    except ParagenError as exc:
+        _fail(exc)
+
+
+def _show(run: Path, *, fmt: str, do_regrade: bool, plot: bool) -> None:
+    from evals.report import build_report, print_report, render
+
+    if fmt not in ("table", "json", "csv", "md"):
+        raise ConfigError(f"unknown format {fmt!r}", hint="use table, json, csv or md")
+    if not (run / "records.jsonl").exists():
+        raise ConfigError(f"no records in {run}", hint="run `paragen eval ... --out RUN` first")
+    report = build_report(run, do_regrade=do_regrade)
+    if fmt == "table":
+        print_report(report)
+    else:
+        sys.stdout.write(render(report, fmt))
+    if plot and report["summary"]:
+        from evals.plots import plot_pareto
+
+        path = plot_pareto(report["summary"], run / PLOT_FILE, title=f"{run.name}")
+        typer.echo(f"plot: {path}", err=fmt != "table")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `eval` and `report` to a typer app (the paragen CLI mounts them this way)."""
+    app.command("eval")(eval_command)
+    app.command("report")(report_command)
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="paragen's eval harness")
+register(app)
+
+if __name__ == "__main__":
+    app()

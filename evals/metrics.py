@@ -1,0 +1,178 @@
+"""Pure metrics: accuracy with a bootstrap CI, unbiased pass@k, maj@k, latency and token summaries.
+
+Nothing here runs a model or an event loop; every function takes plain numbers and
+is unit-tested on known cases.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from paragen.answers import answer_key, majority_vote
+
+CI_SEED = 20240601
+"""The bootstrap's fixed seed: the same records always give the same interval."""
+
+
+def accuracy(correct: Sequence[bool]) -> float:
+    return sum(correct) / len(correct) if correct else 0.0
+
+
+def bootstrap_ci(
+    correct: Sequence[float], *, resamples: int = 2000, level: float = 0.95, seed: int = CI_SEED
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean score (problems resampled with replacement)."""
+    n = len(correct)
+    if n == 0:
+        return (0.0, 0.0)
+    rng = random.Random(seed)
+    hits = [float(c) for c in correct]
+    means = sorted(sum(rng.choices(hits, k=n)) / n for _ in range(resamples))
+    tail = (1.0 - level) / 2.0
+    return (_quantile_sorted(means, tail), _quantile_sorted(means, 1.0 - tail))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), as a stable product."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def maj_at_k(answers: Sequence[str | None], is_correct: Callable[[str], bool], k: int) -> bool:
+    """Whether the majority answer of the first ``k`` samples is correct (NO_ANSWER ignored)."""
+    winner = majority_vote(list(answers[:k]))
+    return winner is not None and is_correct(winner)
+
+
+def correct_by_key(verdicts: Mapping[str, bool]) -> Callable[[str], bool]:
+    """A correctness lookup over answer keys, from verdicts graded once per distinct answer."""
+    return lambda answer: verdicts.get(answer_key(answer), False)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default method)."""
+    if not values:
+        return math.nan
+    return _quantile_sorted(sorted(values), q)
+
+
+def _quantile_sorted(values: Sequence[float], q: float) -> float:
+    pos = q * (len(values) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (pos - low)
+
+
+@dataclass(frozen=True, slots=True)
+class ProblemStats:
+    """What one recorded problem contributes to a summary."""
+
+    correct: bool
+    latency_s: float
+    total_tokens: int
+    sequential_tokens: int
+    wasted_tokens: int
+    prompt_tokens: int
+    cached_prompt_tokens: int | None
+    outcome: str = "correct"
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """One strategy/n configuration over a task: accuracy, CI, latency and token costs."""
+
+    num_problems: int
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    latency_mean: float
+    latency_median: float
+    latency_p95: float
+    total_tokens: float  # per problem
+    sequential_tokens: float
+    wasted_tokens: float
+    prompt_tokens: float
+    cached_prompt_tokens: float | None
+    total_tokens_per_correct: float | None
+    sequential_tokens_per_correct: float | None
+    outcomes: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(stats: Sequence[ProblemStats]) -> Summary:
+    """Accuracy with its bootstrap CI and mean costs per problem and per correct answer."""
+    n = len(stats)
+    correct = [s.correct for s in stats]
+    hits = sum(correct)
+    latencies = [s.latency_s for s in stats]
+    cached = [s.cached_prompt_tokens for s in stats if s.cached_prompt_tokens is not None]
+    low, high = bootstrap_ci(correct)
+    outcomes: dict[str, int] = {}
+    for s in stats:
+        outcomes[s.outcome] = outcomes.get(s.outcome, 0) + 1
+    return Summary(
+        num_problems=n,
+        accuracy=accuracy(correct),
+        ci_low=low,
+        ci_high=high,
+        latency_mean=_mean(latencies),
+        latency_median=quantile(latencies, 0.5),
+        latency_p95=quantile(latencies, 0.95),
+        total_tokens=_mean([s.total_tokens for s in stats]),
+        sequential_tokens=_mean([s.sequential_tokens for s in stats]),
+        wasted_tokens=_mean([s.wasted_tokens for s in stats]),
+        prompt_tokens=_mean([s.prompt_tokens for s in stats]),
+        cached_prompt_tokens=_mean(cached) if cached else None,
+        total_tokens_per_correct=sum(s.total_tokens for s in stats) / hits if hits else None,
+        sequential_tokens_per_correct=sum(s.sequential_tokens for s in stats) / hits if hits else None,
+        outcomes=dict(sorted(outcomes.items())),
+    )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One configuration on the cost/accuracy plane."""
+
+    label: str
+    strategy: str
+    cost: float
+    accuracy: float
+
+
+def pareto_front(points: Sequence[Point]) -> list[Point]:
+    """Points no other point beats (cheaper or equal cost with higher accuracy), by rising cost."""
+    front: list[Point] = []
+    for point in sorted(points, key=lambda p: (p.cost, -p.accuracy)):
+        if not front or point.accuracy > front[-1].accuracy:
+            front.append(point)
+    return front
+
+
+def matched_cost(points: Sequence[Point]) -> list[dict[str, Any]]:
+    """Best accuracy per strategy within each cost level (the levels are the points' own costs).
+
+    A strategy whose cheapest configuration costs more than a level has no entry there
+    (None), so comparisons are only made where both strategies fit the same budget.
+    """
+    strategies = sorted({p.strategy for p in points})
+    rows = []
+    for level in sorted({p.cost for p in points}):
+        row: dict[str, Any] = {"budget": level}
+        for name in strategies:
+            fits = [p.accuracy for p in points if p.strategy == name and p.cost <= level]
+            row[name] = max(fits) if fits else None
+        rows.append(row)
+    return rows

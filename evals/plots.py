@@ -1,0 +1,66 @@
+"""Pareto plots: accuracy against latency, total tokens and sequential tokens.
+
+One point per strategy/n with its 95% CI as an error bar, and the Pareto frontier (no
+other point is both cheaper and more accurate) drawn as a step line. Matplotlib runs on
+the Agg backend, so no display is needed; the PNG goes beside the records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from evals.metrics import Point, pareto_front
+
+AXES = (
+    ("latency_mean", "mean latency per problem (s)"),
+    ("total_tokens", "total generated tokens per problem"),
+    ("sequential_tokens", "sequential (critical-path) tokens per problem"),
+)
+
+
+def plot_pareto(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") -> Path:
+    """Draw the three panels for the live summary rows and save them as ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(AXES), figsize=(6 * len(AXES), 4.8), squeeze=False)
+    strategies = sorted({r["strategy"] for r in rows})
+    colors = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(strategies)}
+    for ax, (key, label) in zip(axes[0], AXES, strict=True):
+        _panel(ax, rows, key, label, colors)
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=colors[s], label=s) for s in strategies]
+    handles.append(plt.Line2D([], [], color="black", linestyle="--", label="Pareto frontier"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False)
+    fig.suptitle(title or "accuracy vs cost (95% bootstrap CI)")
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _panel(ax: Any, rows: Sequence[dict[str, Any]], key: str, label: str, colors: dict[str, Any]) -> None:
+    points = []
+    for row in rows:
+        x = float(row[key])
+        if math.isnan(x):
+            continue
+        acc = float(row["accuracy"])
+        err = [[max(0.0, acc - row["ci_low"])], [max(0.0, row["ci_high"] - acc)]]
+        ax.errorbar(x, acc, yerr=err, fmt="o", color=colors[row["strategy"]], capsize=3)
+        ax.annotate(f"n={row['n']}", (x, acc), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        points.append(Point(f"{row['strategy']} n={row['n']}", row["strategy"], x, acc))
+    front = pareto_front(points)
+    if front:
+        xs = [p.cost for p in front]
+        ys = [p.accuracy for p in front]
+        ax.step(xs, ys, where="post", linestyle="--", color="black", linewidth=1)
+    ax.set_xlabel(label)
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)

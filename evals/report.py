@@ -1,0 +1,195 @@
+"""Reports from a run's records: summary tables (terminal, JSON, CSV, Markdown) and offline estimates.
+
+Nothing here needs a model: ``regrade`` re-scores the recorded answers against the
+recorded gold answers with the current grader, and the sample bank re-aggregates the
+recorded samples.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from paragen.types import StrategyResult
+from rich.console import Console
+from rich.table import Table
+
+from evals import bank as sample_bank
+from evals.grading import Grader
+from evals.metrics import Point, ProblemStats, matched_cost, summarize
+from evals.records import read_records
+
+GroupKey = tuple[str, str, int]
+
+
+def regrade(records: list[dict[str, Any]], grader: Grader) -> list[dict[str, Any]]:
+    """The records with their grades recomputed from the recorded answers (no model involved)."""
+    items = [(StrategyResult.model_validate(r["result"]), r["problem"].get("gold")) for r in records]
+    grades = grader.grade_many(items)
+    return [{**r, "grade": g.as_dict()} for r, g in zip(records, grades, strict=True)]
+
+
+def problem_stats(record: dict[str, Any]) -> ProblemStats:
+    usage = record["result"]["usage"]
+    return ProblemStats(
+        correct=bool(record["grade"]["correct"]),
+        latency_s=float(usage["latency_s"]),
+        total_tokens=int(usage["total_tokens"]),
+        sequential_tokens=int(usage["sequential_tokens"]),
+        wasted_tokens=int(usage["wasted_tokens"]),
+        prompt_tokens=int(usage["prompt_tokens"]),
+        cached_prompt_tokens=usage.get("cached_prompt_tokens"),
+        outcome=str(record["grade"]["outcome"]),
+    )
+
+
+def group_records(records: Sequence[dict[str, Any]]) -> dict[GroupKey, list[dict[str, Any]]]:
+    """Records by (task, strategy, n), in first-seen order."""
+    groups: dict[GroupKey, list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["task"], record["strategy"], int(record["n"])), []).append(record)
+    return groups
+
+
+def summary_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (task, strategy, n): accuracy with CI, latency, tokens, outcome counts."""
+    rows = []
+    for (task, strategy, n), group in group_records(records).items():
+        summary = summarize([problem_stats(r) for r in group])
+        rows.append({"task": task, "strategy": strategy, "n": n, "label": "live", **summary.as_dict()})
+    return rows
+
+
+def offline_rows(records: Sequence[dict[str, Any]], grader: Grader) -> list[dict[str, Any]]:
+    """Sample-bank estimates for every group whose records hold two or more finished samples."""
+    banks = {}
+    for key, group in group_records(records).items():
+        items = [sample_bank.bank_from_record(r) for r in group]
+        if min(len(b.answers) for b in items) >= 2:
+            banks[key] = items
+    pairs = [p for items in banks.values() for p in sample_bank.pairs_to_grade(items)]
+    verdicts = sample_bank.verdict_table(pairs, grader.compare_many(pairs))
+    rows = []
+    for (task, strategy, n), items in banks.items():
+        for row in sample_bank.offline_rows(items, verdicts, source=f"{strategy} n={n}"):
+            rows.append({"task": task, **row})
+    return rows
+
+
+def matched_rows(rows: Sequence[dict[str, Any]], axis: str) -> list[dict[str, Any]]:
+    """Best accuracy per strategy at each budget level of ``axis`` (mean tokens per problem)."""
+    points = [Point(f"{r['strategy']} n={r['n']}", r["strategy"], float(r[axis]), float(r["accuracy"])) for r in rows]
+    return matched_cost(points)
+
+
+def build_report(run_dir: Path, *, do_regrade: bool = False, workers: int = 2) -> dict[str, Any]:
+    """Everything a report shows, as plain data."""
+    records = read_records(run_dir)
+    with Grader(workers=workers) as grader:
+        if do_regrade:
+            records = regrade(records, grader)
+        rows = summary_rows(records)
+        offline = offline_rows(records, grader)
+    return {
+        "run": str(run_dir),
+        "regraded": do_regrade,
+        "summary": rows,
+        "offline": offline,
+        "matched_total_tokens": matched_rows(rows, "total_tokens"),
+        "matched_sequential_tokens": matched_rows(rows, "sequential_tokens"),
+    }
+
+
+_COLUMNS = (
+    ("task", "task", "{}"),
+    ("strategy", "strategy", "{}"),
+    ("n", "n", "{}"),
+    ("problems", "num_problems", "{}"),
+    ("acc", "accuracy", "{:.1%}"),
+    ("95% CI", None, ""),
+    ("lat mean s", "latency_mean", "{:.2f}"),
+    ("lat p50 s", "latency_median", "{:.2f}"),
+    ("lat p95 s", "latency_p95", "{:.2f}"),
+    ("total tok", "total_tokens", "{:.0f}"),
+    ("seq tok", "sequential_tokens", "{:.0f}"),
+    ("wasted tok", "wasted_tokens", "{:.0f}"),
+    ("prompt tok", "prompt_tokens", "{:.0f}"),
+    ("cached", "cached_prompt_tokens", "{:.0f}"),
+    ("tok/correct", "total_tokens_per_correct", "{:.0f}"),
+    ("outcomes", "outcomes", "{}"),
+)
+
+
+def _cell(row: dict[str, Any], key: str | None, fmt: str) -> str:
+    if key is None:
+        return f"{row['ci_low']:.1%}-{row['ci_high']:.1%}"
+    value = row.get(key)
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return fmt.format(value)
+
+
+def table_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = [name for name, _, _ in _COLUMNS]
+    return header, [[_cell(r, key, fmt) for _, key, fmt in _COLUMNS] for r in rows]
+
+
+def _offline_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = ["task", "from", "method", "acc", "95% CI", "problems", "label"]
+    body = [[r["task"], r["source"], r["method"], f"{r['accuracy']:.1%}", f"{r['ci_low']:.1%}-{r['ci_high']:.1%}",
+             str(r["num_problems"]), r["label"]] for r in rows]  # fmt: skip
+    return header, body
+
+
+def _matched_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    names = [k for k in rows[0] if k != "budget"] if rows else []
+    body = [[f"{r['budget']:.0f}"] + ["-" if r[k] is None else f"{r[k]:.1%}" for k in names] for r in rows]
+    return ["budget (tokens)", *names], body
+
+
+def _sections(report: dict[str, Any]) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
+    return [
+        ("Live runs" + (" (regraded)" if report["regraded"] else ""), table_cells(report["summary"])),
+        ("Sample bank: offline estimates (not live runs)", _offline_cells(report["offline"])),
+        ("Best accuracy at matched total tokens", _matched_cells(report["matched_total_tokens"])),
+        ("Best accuracy at matched sequential tokens", _matched_cells(report["matched_sequential_tokens"])),
+    ]
+
+
+def print_report(report: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    for title, (header, body) in _sections(report):
+        if not body:
+            continue
+        table = Table(title=title, title_justify="left")
+        for name in header:
+            table.add_column(name, overflow="fold")
+        for line in body:
+            table.add_row(*line)
+        console.print(table)
+
+
+def render(report: dict[str, Any], fmt: str) -> str:
+    """The report as json, csv (the live summary) or md (every section as a Markdown table)."""
+    if fmt == "json":
+        return json.dumps(report, indent=2)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        header, body = table_cells(report["summary"])
+        writer = csv.writer(buffer)
+        writer.writerow(header)
+        writer.writerows(body)
+        return buffer.getvalue()
+    parts = []
+    for title, (header, body) in _sections(report):
+        if body:
+            lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in body]
+            parts.append(f"### {title}\n\n" + "\n".join(lines))
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,243 @@
+"""In-process vLLM backend: vLLM's AsyncLLM (or the older AsyncLLMEngine) behind the Backend protocol.
+
+    backend = VLLMBackend.from_spec("Qwen/Qwen3-0.6B", gpu_memory_utilization=0.8)
+
+Needs the ``[vllm]`` extra; vllm is imported only when a backend is built, so
+``paragen --help`` and everything else work without it. Outputs are asked for as
+deltas (``RequestOutputKind.DELTA``), so each step costs only its new tokens, and
+token counts are exact (``usage.source == "token_ids"``). Leaving the stream early
+closes vLLM's generator and aborts the request, which frees its KV cache blocks.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from types import TracebackType
+from typing import Any
+
+import anyio
+from pydantic import Field, ValidationError
+
+from paragen.backends.base import Capabilities, CompletionStream
+from paragen.errors import ConfigError, EngineError, ParagenError
+from paragen.types import Delta, FinishReason, GenerateRequest, Model, SamplingParams, Usage
+
+_INSTALL = "pip install 'paragen[vllm]'"
+_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+class VLLMConfig(Model):
+    """Options of :class:`VLLMBackend`: the common engine arguments, the rest in ``engine_args``."""
+
+    model: str
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    max_model_len: int | None = Field(default=None, gt=0)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    tensor_parallel_size: int = Field(default=1, gt=0)
+    max_num_seqs: int | None = Field(default=None, gt=0)
+    enable_prefix_caching: bool = True  # n samples of one problem share its prompt's blocks
+    enforce_eager: bool = False
+    seed: int = 0
+    engine_args: dict[str, Any] = Field(default_factory=dict)  # any other AsyncEngineArgs field
+
+    def to_engine_kwargs(self) -> dict[str, Any]:
+        kwargs = self.model_dump(exclude={"engine_args"}, exclude_none=True)
+        return {**kwargs, **self.engine_args}
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ConfigError(
+            f"the vllm backend needs vLLM, which is not installed ({exc})", hint=_INSTALL
+        ) from exc
+    return vllm
+
+
+def _build_engine(config: VLLMConfig) -> Any:
+    vllm = _import_vllm()
+    try:
+        from vllm.v1.engine.async_llm import AsyncLLM as Engine
+    except ImportError:  # vLLM before the V1 engine
+        Engine = vllm.AsyncLLMEngine
+    return Engine.from_engine_args(vllm.AsyncEngineArgs(**config.to_engine_kwargs()))
+
+
+class VLLMBackend:
+    """A vLLM engine in this process. ``engine`` may be given to share one already built."""
+
+    name = "vllm"
+
+    def __init__(self, config: VLLMConfig, *, engine: Any = None) -> None:
+        self.config = config
+        self._vllm = _import_vllm()
+        self.engine = engine if engine is not None else _build_engine(config)
+        self._tokenizer: Any = None
+
+    @classmethod
+    def from_spec(cls, target: str | None, **options: Any) -> VLLMBackend:
+        """``vllm:MODEL`` plus engine options (gpu_memory_utilization=, max_model_len=, ...)."""
+        if target:
+            options["model"] = target
+        if "model" not in options:
+            raise ConfigError("the vllm backend needs a model", hint="e.g. vllm:Qwen/Qwen3-0.6B")
+        try:
+            config = VLLMConfig(**options)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(
+                f"bad vllm backend options: {problems}", hint="other engine args go in engine_args"
+            ) from exc
+        return cls(config)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            native_n=True,
+            per_choice_abort=False,  # vLLM aborts a request with all its choices
+            logprobs=True,
+            top_logprobs=20,
+            prompt_cache_reporting=True,
+            continue_final=True,
+            tokenizer=True,
+        )
+
+    async def tokenizer(self) -> Any:
+        """The engine's tokenizer (awaited on vLLM versions where getting it is async)."""
+        if self._tokenizer is None:
+            tokenizer = self.engine.get_tokenizer()
+            self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
+        return self._tokenizer
+
+    async def prompt_text(self, request: GenerateRequest) -> str:
+        """The raw prompt, with chat messages rendered by the model's chat template."""
+        if request.messages is None:
+            return request.prompt or ""
+        tokenizer = await self.tokenizer()
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        extra = {"continue_final_message": True} if request.continue_final else {}
+        text: str = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=not request.continue_final, **extra
+        )
+        return text
+
+    def sampling_params(self, request: GenerateRequest) -> Any:
+        """vLLM's SamplingParams for ``request``, asking for outputs as deltas."""
+        from vllm.sampling_params import RequestOutputKind
+
+        params: SamplingParams = request.params
+        wants_logprobs = params.logprobs or params.top_logprobs > 0
+        return self._vllm.SamplingParams(
+            n=request.n,
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else -1,  # -1 is vLLM's "off" in every version
+            seed=params.seed,
+            stop=list(params.stop) or None,
+            logprobs=params.top_logprobs if wants_logprobs else None,
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    def stream(self, request: GenerateRequest) -> _VLLMContext:
+        """Stream ``request``; leaving early aborts it in the engine."""
+        return _VLLMContext(self, request)
+
+    async def count_tokens(self, text: str) -> tuple[int, str]:
+        tokenizer = await self.tokenizer()
+        return len(tokenizer.encode(text, add_special_tokens=False)), "tokenizer"
+
+    async def aclose(self) -> None:
+        for name in ("shutdown", "shutdown_background_loop"):
+            stop = getattr(self.engine, name, None)
+            if callable(stop):
+                stop()
+                return
+
+
+class _VLLMContext:
+    def __init__(self, backend: VLLMBackend, request: GenerateRequest) -> None:
+        self._backend = backend
+        self._request = request
+        self._request_id = f"{request.request_id}-{uuid.uuid4().hex[:8]}"  # vLLM wants unique ids
+        self._stream: _VLLMStream | None = None
+
+    async def __aenter__(self) -> CompletionStream:
+        prompt = await self._backend.prompt_text(self._request)
+        params = self._backend.sampling_params(self._request)
+        outputs = self._backend.engine.generate(prompt, params, self._request_id)
+        self._stream = _VLLMStream(outputs, self._request.params.top_logprobs)
+        return self._stream
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._stream is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await self._stream.aclose()
+            if not self._stream.is_finished:
+                # Closing vLLM's generator already aborts; saying it again is harmless and
+                # covers versions where the close does not reach the engine.
+                await self._backend.engine.abort(self._request_id)
+
+
+class _VLLMStream:
+    def __init__(self, outputs: AsyncGenerator[Any, None], top_logprobs: int) -> None:
+        self.usage = Usage(source="token_ids")
+        self._top_logprobs = top_logprobs
+        self.is_finished = False
+        self._outputs = outputs
+        self._deltas = self._iterate()
+
+    def __aiter__(self) -> AsyncIterator[Delta]:
+        return self._deltas
+
+    async def abort(self, index: int) -> None:
+        raise NotImplementedError("vLLM aborts whole requests; send n=1 requests to stop samples one by one")
+
+    async def aclose(self) -> None:
+        await self._deltas.aclose()
+        await self._outputs.aclose()
+
+    async def _iterate(self) -> AsyncGenerator[Delta, None]:
+        try:
+            async for output in self._outputs:
+                self._take_prompt(output)
+                for choice in output.outputs:
+                    yield self._delta(choice)
+                self.is_finished = bool(output.finished)
+        except ParagenError:
+            raise
+        except Exception as exc:  # e.g. a prompt longer than max_model_len, a dead engine
+            raise EngineError(f"vLLM failed the request: {type(exc).__name__}: {exc}") from exc
+
+    def _take_prompt(self, output: Any) -> None:
+        if not self.usage.prompt_tokens and output.prompt_token_ids is not None:
+            self.usage.prompt_tokens = len(output.prompt_token_ids)
+            self.usage.cached_prompt_tokens = getattr(output, "num_cached_tokens", None)
+
+    def _delta(self, choice: Any) -> Delta:
+        token_ids = tuple(choice.token_ids)
+        self.usage.completion_tokens += len(token_ids)
+        logprobs, tops = _logprobs(token_ids, choice.logprobs, self._top_logprobs)
+        finish = None if choice.finish_reason is None else _FINISH.get(choice.finish_reason, "stop")
+        return Delta(choice.index, choice.text, len(token_ids), token_ids, logprobs, tops, finish)
+
+
+def _logprobs(
+    token_ids: tuple[int, ...], entries: list[dict[int, Any]] | None, k: int
+) -> tuple[tuple[float, ...] | None, tuple[tuple[float, ...], ...] | None]:
+    """vLLM gives, per token, a dict token id -> Logprob: the top k, plus the sampled token
+    when it is not among them (hence the cut to k)."""
+    if entries is None:
+        return None, None
+    chosen = tuple(entry[tid].logprob for tid, entry in zip(token_ids, entries, strict=False))
+    if k == 0:
+        return chosen, None
+    tops = tuple(tuple(sorted((lp.logprob for lp in entry.values()), reverse=True)[:k]) for entry in entries)
+    return chosen, tops

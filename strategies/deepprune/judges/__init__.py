@@ -1,0 +1,57 @@
+"""Equivalence judges: P(two partial traces reach the same final answer).
+
+Judges are plugins under the entry-point group "paragen.judges"; the built-ins are
+``lexical`` (n-gram Jaccard), ``embedding`` (sentence-embedding cosine, all-MiniLM-L6-v2),
+``llm`` (yes/no probability from the run's own backend) and ``model`` (an in-process judge
+model such as THU-KEG/DeepPrune-Judge-4B, given a local path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from paragen.context import RunContext
+from paragen.errors import ConfigError, PluginNotFoundError
+from paragen.registry import JUDGE_GROUP, load
+
+Pair = tuple[str, str]
+
+BUILTIN = {
+    "lexical": "strategies.deepprune.judges.lexical:LexicalJudge",
+    "embedding": "strategies.deepprune.judges.embedding:EmbeddingJudge",
+    "llm": "strategies.deepprune.judges.llm:LLMJudge",
+    "model": "strategies.deepprune.judges.model:ModelJudge",
+}
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Scores pairs of trace prefixes with the probability that they end in the same answer."""
+
+    name: str
+
+    async def same_answer(self, pairs: Sequence[Pair], ctx: RunContext | None = None) -> list[float]: ...
+
+
+def load_judge(name: str, options: dict[str, Any] | None = None) -> Judge:
+    """Build the judge registered as ``name`` (entry points first, then the built-ins)."""
+    try:
+        cls = load(JUDGE_GROUP, name)
+    except PluginNotFoundError:
+        if name not in BUILTIN:
+            raise
+        import importlib
+
+        module, _, attr = BUILTIN[name].partition(":")
+        cls = getattr(importlib.import_module(module), attr)
+    try:
+        judge = cls(**(options or {}))
+    except TypeError as exc:
+        raise ConfigError(f"judge {name!r}: {exc}", hint="check judge_options") from exc
+    if not isinstance(judge, Judge):
+        raise ConfigError(f"judge {name!r} does not implement same_answer()")
+    return judge
+
+
+__all__ = ["BUILTIN", "Judge", "Pair", "load_judge"]

@@ -1,0 +1,127 @@
+"""Wrapper backends over the scripted backend: limits, retries, record and replay."""
+
+from __future__ import annotations
+
+import json
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import anyio
+import pytest
+
+from paragen.backends.base import Backend, generate
+from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.backends.wrappers import ConcurrencyLimit, Record, Replay, Retry, request_key
+from paragen.errors import BackendConnectionError, BackendError, BackendHTTPError, ConfigError
+from paragen.types import GenerateRequest, SamplingParams
+
+pytestmark = pytest.mark.anyio
+
+
+def test_wrappers_are_backends() -> None:
+    inner = ScriptedBackend(["x"])
+    for backend in (ConcurrencyLimit(inner, 2), Retry(inner), Record(inner, "/tmp/unused.jsonl")):
+        assert isinstance(backend, Backend)
+        assert backend.capabilities == inner.capabilities and backend.name == "scripted"
+
+
+async def test_concurrency_limit_holds_a_slot_per_open_stream() -> None:
+    inner = ScriptedBackend([Script(text="a b c", token_delay=0.01)])
+    backend = ConcurrencyLimit(inner, 2)
+    peak = 0
+
+    async def one() -> None:
+        nonlocal peak
+        async with backend.stream(GenerateRequest(prompt="x")) as stream:
+            peak = max(peak, int(backend.limiter.borrowed_tokens))
+            async for _ in stream:
+                pass
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(6):
+            tg.start_soon(one)
+    assert peak == 2 and backend.limiter.borrowed_tokens == 0 and len(inner.streams) == 6
+
+
+async def test_one_task_may_hold_several_slots() -> None:
+    backend = ConcurrencyLimit(ScriptedBackend(["a"]), 3)
+    async with AsyncExitStack() as stack:
+        for _ in range(3):
+            await stack.enter_async_context(backend.stream(GenerateRequest(prompt="x")))
+        assert backend.limiter.borrowed_tokens == 3
+    assert backend.limiter.borrowed_tokens == 0
+
+
+async def test_retry_before_the_first_delta() -> None:
+    inner = ScriptedBackend([Script(text="no", fail="http500"), Script(text="yes")])
+    [completion] = await generate(Retry(inner, attempts=3, backoff=0.0), GenerateRequest(prompt="x"))
+    assert completion.text == "yes" and len(inner.streams) == 2
+    assert all(s.closed is not None for s in inner.streams)
+
+
+async def test_no_retry_after_the_first_delta() -> None:
+    inner = ScriptedBackend([Script(text="a b c", fail="reset", fail_after=1), Script(text="never")])
+    with pytest.raises(BackendConnectionError):
+        await generate(Retry(inner, attempts=3, backoff=0.0), GenerateRequest(prompt="x"))
+    assert len(inner.streams) == 1
+
+
+async def test_retry_gives_up_after_its_attempts() -> None:
+    inner = ScriptedBackend([Script(text="no", fail="http429")])
+    with pytest.raises(BackendHTTPError):
+        await generate(Retry(inner, attempts=2, backoff=0.0), GenerateRequest(prompt="x"))
+    assert len(inner.streams) == 2
+
+
+def test_bad_wrapper_arguments() -> None:
+    with pytest.raises(ConfigError):
+        ConcurrencyLimit(ScriptedBackend(["a"]), 0)
+    with pytest.raises(ConfigError):
+        Retry(ScriptedBackend(["a"]), attempts=0)
+    with pytest.raises(ConfigError, match="no recording"):
+        Replay("/nonexistent/run.jsonl")
+
+
+def test_request_key_ignores_id_and_affinity() -> None:
+    a = GenerateRequest(prompt="x", affinity="p1")
+    b = GenerateRequest(prompt="x", affinity="p2")
+    assert a.request_id != b.request_id and request_key(a) == request_key(b)
+    assert request_key(a) != request_key(a.with_params(temperature=0.1))
+
+
+async def test_record_then_replay_is_faithful(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    inner = ScriptedBackend(["one two three", "four five"])
+    recorder = Record(inner, path)
+    request = GenerateRequest(prompt="x", params=SamplingParams(logprobs=True))
+    originals = []
+    for _ in range(2):
+        async with recorder.stream(request) as stream:
+            originals.append(([d async for d in stream], stream.usage.model_copy()))
+    replay = Replay(path)
+    assert replay.capabilities == inner.capabilities
+    for deltas, usage in originals:
+        async with replay.stream(request.with_params()) as stream:
+            assert [d async for d in stream] == deltas
+            assert stream.usage == usage
+    with pytest.raises(BackendError, match="no \\(more\\) recordings"):
+        await generate(replay, request)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["complete"] for line in lines] == [True, True]
+
+
+async def test_record_keeps_early_exits_and_errors(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    inner = ScriptedBackend([Script(text="a b c d"), Script(text="x", fail="http500")])
+    recorder = Record(inner, path)
+    async with recorder.stream(GenerateRequest(prompt="1")) as stream:
+        async for _ in stream:
+            break
+    with pytest.raises(BackendHTTPError):
+        await generate(recorder, GenerateRequest(prompt="2"))
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert not first["complete"] and len(first["deltas"]) == 1
+    assert second["error"]["type"] == "BackendHTTPError" and second["error"]["status_code"] == 500
+    with pytest.raises(BackendHTTPError, match="scripted HTTP 500") as info:
+        await generate(Replay(path), GenerateRequest(prompt="2"))
+    assert info.value.status_code == 500

@@ -1,0 +1,197 @@
+"""RunContext and Orchestrator on the scripted backend: cancellation, deadlines, budgets, errors, accounting."""
+
+from __future__ import annotations
+
+import pytest
+
+from paragen import Budget, Orchestrator, Problem, RunContext, StrategyResult
+from paragen.backends.base import Capabilities
+from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.strategy import BaseStrategy, StrategyConfig
+
+pytestmark = pytest.mark.anyio
+PROBLEM = Problem(id="p1", question="What is 7 + 5?")
+
+
+def words(k: int, answer: str = "12") -> str:
+    """A script text of exactly k tokens whose last token holds the answer."""
+    return " ".join(["w"] * (k - 1) + [f"\\boxed{{{answer}}}"])
+
+
+class FirstFinish(BaseStrategy[StrategyConfig]):
+    name = "first_finish_test"
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        async with ctx.fanout(ctx.request(prompt=problem.question), n=4) as fan:
+            async for trace in fan:
+                await fan.cancel("first-finish")
+                return ctx.finish("x", text=trace.text)
+        return ctx.finish(None)
+
+
+class DrainAll(BaseStrategy[StrategyConfig]):
+    name = "drain_all_test"
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        async with ctx.fanout(ctx.request(prompt=problem.question), n=4) as fan:
+            async for _ in fan:
+                pass
+        return ctx.finish("done")
+
+
+class TwoRounds(BaseStrategy[StrategyConfig]):
+    """Round 1: three drafts in parallel; round 2: one refinement after them."""
+
+    name = "two_rounds_test"
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        drafts = []
+        async with ctx.fanout(ctx.request(prompt=problem.question), n=3) as fan:
+            drafts = [t async for t in fan]
+        final = await ctx.sample(ctx.request(prompt="refine"), parents=[t.id for t in drafts])
+        return ctx.finish("r", text=final.text)
+
+
+async def test_first_finish_cancels_the_rest_and_closes_their_streams() -> None:
+    backend = ScriptedBackend([Script(text=words(k), token_delay=0.01) for k in (5, 20, 30, 40)])
+    result = await Orchestrator(backend).run(FirstFinish(), PROBLEM)
+    statuses = {t.id: (t.status, t.cancel_reason) for t in result.traces}
+    assert statuses[0] == ("ok", None)
+    assert all(statuses[i] == ("cancelled", "first-finish") for i in (1, 2, 3))
+    assert all(record.closed is not None for record in backend.streams)
+    # each cancelled sample was stopped right after the winner's last token (5 tokens at 10 ms)
+    assert [t.completion_tokens for t in result.traces[1:]] == [5, 5, 5]
+    assert result.usage.total_tokens == 20
+    assert result.usage.wasted_tokens == 15
+    assert result.usage.sequential_tokens == 5
+    assert result.usage.num_cancelled == 3
+
+
+async def test_accounting_is_exact_for_parallel_then_sequential_rounds() -> None:
+    lengths = iter([7, 9, 11, 6])
+    backend = ScriptedBackend(lambda _r, _i: Script(text=words(next(lengths)), token_delay=0.002))
+    result = await Orchestrator(backend).run(TwoRounds(), PROBLEM)
+    assert result.usage.total_tokens == 7 + 9 + 11 + 6
+    assert result.usage.sequential_tokens == 11 + 6  # the longest draft, then the refinement
+    assert result.usage.wasted_tokens == 0
+    assert result.traces[-1].parents == [0, 1, 2]
+    starts = [t.start for t in result.traces]
+    assert max(starts[:3]) < result.traces[3].start
+    assert all(t.end is not None and t.first_token is not None for t in result.traces)
+
+
+async def test_a_failing_sample_is_recorded_and_its_siblings_finish() -> None:
+    scripts = [
+        Script(text=words(6), token_delay=0.001),
+        Script(text=words(6), fail="http500"),
+        Script(text=words(6), token_delay=0.001, fail="reset", fail_after=3),
+        Script(text=words(6), token_delay=0.001),
+    ]
+    result = await Orchestrator(ScriptedBackend(scripts)).run(DrainAll(), PROBLEM)
+    by_status = [t.status for t in result.traces]
+    assert by_status == ["ok", "error", "error", "ok"]
+    assert "500" in (result.traces[1].error or "")
+    assert "reset" in (result.traces[2].error or "")
+    assert result.traces[2].completion_tokens == 3  # tokens before the reset still count
+    assert result.usage.num_errors == 2
+    assert result.answer == "done"
+
+
+async def test_deadline_cuts_the_run_and_marks_running_samples() -> None:
+    backend = ScriptedBackend([Script(text=words(200), token_delay=0.01)])
+    result = await Orchestrator(backend, budget=Budget(deadline_s=0.1)).run(DrainAll(), PROBLEM)
+    assert result.stop_reason == "deadline"
+    assert result.answer is None
+    assert 0.09 <= result.usage.latency_s < 0.5
+    assert all(t.status == "cancelled" for t in result.traces)
+    assert all(0 < t.completion_tokens < 200 for t in result.traces)
+    assert all(record.closed is not None for record in backend.streams)
+
+
+async def test_total_token_budget_stops_running_samples() -> None:
+    backend = ScriptedBackend([Script(text=words(100), token_delay=0.001)])
+    result = await Orchestrator(backend, budget=Budget(max_total_tokens=40)).run(DrainAll(), PROBLEM)
+    assert result.stop_reason == "budget"
+    assert {t.cancel_reason for t in result.traces} == {"budget"}
+    # the budget trips within one token of 40; the other samples may each add at most the token in flight
+    assert 40 <= result.usage.total_tokens <= 44
+
+
+async def test_sequential_budget_clips_max_tokens() -> None:
+    backend = ScriptedBackend([Script(text=words(50))])
+    result = await Orchestrator(backend, budget=Budget(max_sequential_tokens=10)).run(DrainAll(), PROBLEM)
+    assert all(t.completion_tokens == 10 and t.finish_reason == "length" for t in result.traces)
+
+
+async def test_shared_request_choices_abort_one_by_one() -> None:
+    caps = Capabilities(native_n=True, per_choice_abort=True)
+    backend = ScriptedBackend([Script(text=words(k), token_delay=0.005) for k in (4, 30, 30, 30)], capabilities=caps)
+    result = await Orchestrator(backend).run(FirstFinish(), PROBLEM)
+    assert len(backend.streams) == 1  # one request served all four choices
+    assert sorted(backend.streams[0].aborted) == [1, 2, 3]
+    assert [t.status for t in result.traces] == ["ok", "cancelled", "cancelled", "cancelled"]
+    # the winner's last token comes first in its step; the others had 3 tokens when aborted
+    assert [t.completion_tokens for t in result.traces] == [4, 3, 3, 3]
+    assert result.usage.cached_prompt_tokens == 3 * result.traces[0].prompt_tokens
+
+
+async def test_monitor_prunes_a_sample() -> None:
+    class Pruner(BaseStrategy[StrategyConfig]):
+        name = "pruner_test"
+
+        async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+            def stop_long(live: object) -> str | None:
+                return "too-long" if getattr(live, "num_tokens", 0) >= 8 else None
+
+            async with ctx.fanout(ctx.request(prompt="q"), n=2, monitor=stop_long) as fan:
+                got = [t async for t in fan]
+            return ctx.finish(str(len(got)))
+
+    backend = ScriptedBackend([Script(text=words(5), token_delay=0.001), Script(text=words(50), token_delay=0.001)])
+    result = await Orchestrator(backend).run(Pruner(), PROBLEM)
+    assert [t.status for t in result.traces] == ["ok", "pruned"]
+    assert result.traces[1].cancel_reason == "too-long"
+    assert result.traces[1].completion_tokens == 8
+    assert result.answer == "2"
+
+
+async def test_checkpoint_yields_running_trace_once() -> None:
+    class Peek(BaseStrategy[StrategyConfig]):
+        name = "peek_test"
+
+        async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+            seen = []
+            async with ctx.fanout(ctx.request(prompt="q"), n=1, checkpoint=3) as fan:
+                async for trace in fan:
+                    seen.append((trace.end is None, trace.completion_tokens, trace.text))
+            assert seen[0][0] and seen[0][1] == 3 and seen[0][2] == "w w w"
+            return ctx.finish(str(len(seen)))
+
+    backend = ScriptedBackend([Script(text=words(6), token_delay=0.001)])
+    assert (await Orchestrator(backend).run(Peek(), PROBLEM)).answer == "2"
+
+
+async def test_run_many_keeps_input_order_under_a_limit() -> None:
+    backend = ScriptedBackend(lambda r, _i: Script(text=words(3 + len(r.prompt or "")), token_delay=0.001))
+    problems = [Problem(id=f"p{i}", question="q" * (10 - i)) for i in range(6)]
+    orchestrator = Orchestrator(backend, max_concurrent_problems=2)
+    results = await orchestrator.run_many(DrainAll(), problems)
+    assert [r.problem_id for r in results] == [p.id for p in problems]
+    assert [r.traces[0].completion_tokens for r in results] == [3 + 10 - i for i in range(6)]
+
+
+async def test_composed_strategy_shares_the_ledger() -> None:
+    class Outer(BaseStrategy[StrategyConfig]):
+        name = "outer_test"
+
+        async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+            inner = await ctx.run_strategy(DrainAll(), label="inner")
+            assert inner.usage.num_samples == 4
+            extra = await ctx.sample(ctx.request(prompt="after"))
+            return ctx.finish(extra.text)
+
+    backend = ScriptedBackend([Script(text=words(4))])
+    result = await Orchestrator(backend).run(Outer(), PROBLEM)
+    assert result.usage.num_samples == 5
+    assert result.traces[0].label == "inner/sample"
+    assert result.usage.sequential_tokens == 8

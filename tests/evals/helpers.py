@@ -1,0 +1,50 @@
+"""Small strategies for the harness tests, registered at run time (the real ones live in strategies/)."""
+
+from __future__ import annotations
+
+from paragen.answers import extract_answer, majority_vote
+from paragen.context import RunContext
+from paragen.prompts import solve_messages
+from paragen.registry import STRATEGY_GROUP, register
+from paragen.strategy import BaseStrategy, StrategyConfig
+from paragen.types import Problem, StrategyResult
+
+
+class OneConfig(StrategyConfig):
+    pass
+
+
+class VoteConfig(StrategyConfig):
+    n: int = 4
+
+
+class OneSample(BaseStrategy[OneConfig]):
+    """One sample, its extracted answer."""
+
+    name = "t_single"
+    Config = OneConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        trace = await ctx.sample(ctx.request(messages=solve_messages(problem.question)))
+        answer = extract_answer(trace.text) if trace.is_ok else None
+        return ctx.finish(answer, text=trace.text)
+
+
+class Vote(BaseStrategy[VoteConfig]):
+    """n samples at once, majority vote."""
+
+    name = "t_vote"
+    Config = VoteConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        answers: list[str | None] = []
+        async with ctx.fanout(ctx.request(messages=solve_messages(problem.question)), n=self.config.n) as fan:
+            async for trace in fan:
+                trace.answer = extract_answer(trace.text) if trace.is_ok else None
+                answers.append(trace.answer)
+        return ctx.finish(majority_vote(answers))
+
+
+def register_test_strategies() -> None:
+    register(STRATEGY_GROUP, "t_single", OneSample)
+    register(STRATEGY_GROUP, "t_vote", Vote)

@@ -1,0 +1,16 @@
+"""`python tests/evals/run_cli.py eval ...`: the harness CLI with the test strategies registered."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.evals.helpers import register_test_strategies  # noqa: E402
+
+if __name__ == "__main__":
+    register_test_strategies()
+    from evals.cli import app
+
+    app()
