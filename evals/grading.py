@@ -18,7 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from types import FrameType
@@ -56,7 +56,10 @@ def _raise_timeout(signum: int, frame: FrameType | None) -> None:
     raise _Timeout
 
 
-def _compare(prediction: str, gold: str, timeout_s: float) -> Verdict:
+Equivalence = Callable[[str, str], bool]
+
+
+def _compare(prediction: str, gold: str, timeout_s: float, same: Equivalence | None) -> Verdict:
     """Runs in the pool process's main thread, where an interval timer can interrupt math-verify."""
     from paragen.answers import equivalent
 
@@ -64,7 +67,7 @@ def _compare(prediction: str, gold: str, timeout_s: float) -> Verdict:
     signal.signal(signal.SIGALRM, _raise_timeout)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        return "correct" if equivalent(prediction, gold) else "incorrect"
+        return "correct" if (same or equivalent)(prediction, gold) else "incorrect"
     except _Timeout:
         return "grader_timeout"
     except Exception:
@@ -84,11 +87,25 @@ def _warm() -> bool:
 
 
 class Grader:
-    """A pool of grading processes; use as a context manager or call :meth:`close`."""
+    """A pool of grading processes; use as a context manager or call :meth:`close`.
 
-    def __init__(self, workers: int = 2, timeout_s: float = 5.0, context: str | None = None) -> None:
+    ``equivalence`` replaces math-verify (a picklable top-level function; tests use it to
+    simulate a hang); ``backstop_s`` is the slack of the outer wall-clock limit.
+    """
+
+    def __init__(
+        self,
+        workers: int = 2,
+        timeout_s: float = 5.0,
+        context: str | None = None,
+        *,
+        equivalence: Equivalence | None = None,
+        backstop_s: float = 10.0,
+    ) -> None:
         self.workers = max(1, workers)
         self.timeout_s = timeout_s
+        self.equivalence = equivalence
+        self.backstop_s = backstop_s
         default = "forkserver" if sys.platform.startswith("linux") else "spawn"
         self._context = multiprocessing.get_context(context or default)
         self._pool: ProcessPoolExecutor | None = None
@@ -124,9 +141,9 @@ class Grader:
         if not pairs:
             return []
         pool = self._ensure_pool()
-        futures: list[Future[Verdict]] = [pool.submit(_compare, p, g, self.timeout_s) for p, g in pairs]
+        futures: list[Future[Verdict]] = [pool.submit(_compare, p, g, self.timeout_s, self.equivalence) for p, g in pairs]
         # Every comparison has its own timer; this outer limit only catches a wedged worker.
-        limit = (self.timeout_s + 1.0) * (len(pairs) / self.workers + 1) + 10.0
+        limit = (self.timeout_s + 1.0) * (len(pairs) / self.workers + 1) + self.backstop_s
         done, _ = wait(futures, timeout=limit)
         verdicts = [_verdict(f) if f in done else "grader_timeout" for f in futures]
         if len(done) < len(futures):

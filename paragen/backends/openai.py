@@ -70,6 +70,7 @@ class OpenAIConfig(Model):
     max_outstanding: int | None = Field(default=None, gt=0)  # per replica, for affinity routing
     affinity_slack: int = Field(default=32, ge=0)
     max_connections: int = Field(default=1024, gt=0)
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # server extras: ignore_eos, min_p, ...
 
     @field_validator("base_url", "base_urls")
     @classmethod
@@ -344,7 +345,10 @@ class _HTTPStream:
             with map_http_errors(url):
                 response = await client.send(
                     client.build_request(
-                        "POST", url, json=build_body(self._request, options), headers=_SSE_HEADERS
+                        "POST",
+                        url,
+                        json={**build_body(self._request, options), **self._backend.config.extra_body},
+                        headers=_SSE_HEADERS,
                     ),
                     stream=True,
                 )

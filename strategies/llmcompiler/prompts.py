@@ -1,4 +1,4 @@
-"""Prompts of the planner, the joiner and the ReAct baseline (paragen's own wording), and the joiner's parser."""
+"""Prompts of the planner, the joiner and the ReAct baseline (our own wording); the joiner's parser."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def planner_messages(question: str, tools: Mapping[str, Tool], context: str = ""
         "or to make a new plan if they are not enough."
     )
     parts = [
-        "Make a plan of tool calls that answers the question, running as many calls at the same time as possible.",
+        "Make a plan of tool calls that answers the question, running as many calls at once as possible.",
         f"Tools:\n{listing}\n{join}",
         PLANNER_RULES,
     ]

@@ -1,4 +1,4 @@
-"""ReAct (Yao et al., 2023), the sequential baseline LLMCompiler is compared with: think, call one tool, observe, repeat.
+"""ReAct (Yao et al., 2023), LLMCompiler's sequential baseline: think, call one tool, observe, repeat.
 
 It uses the same tools (and the same tool spans) as LLMCompiler, so the two differ only in
 how calls are scheduled: one after another here, as a parallel DAG there.
@@ -60,7 +60,7 @@ class ReAct(BaseStrategy[ReActConfig]):
         system = REACT_SYSTEM.format(tools="\n".join(f"- {t.description}" for t in tools.values()))
         transcript = ""
         parents: list[int] = []
-        for _ in range(self.config.max_steps):
+        for steps in range(1, self.config.max_steps + 1):
             step = await self._think(ctx, system, problem.question, transcript, parents)
             if not step.is_ok:
                 break
@@ -68,7 +68,7 @@ class ReAct(BaseStrategy[ReActConfig]):
             action = _last_action(text)
             if action is not None and action[0].lower() == "finish":
                 return ctx.finish(
-                    clean_answer(action[1]), text=transcript + text, metrics={"steps": len(parents) + 1}
+                    clean_answer(action[1]), text=transcript + text, metrics={"steps": float(steps)}
                 )
             observation, span = await self._act(ctx, tools, action, step.id)
             parents = [step.id, *([span.id] if span is not None else [])]

@@ -74,7 +74,7 @@ class TaskFetchingUnit:
     async def _observe(
         self, task: Task, args: tuple[object, ...], kwargs: dict[str, object], span: Trace
     ) -> str:
-        """The tool's output, or the error as text: a failed action informs the joiner, it does not end the run."""
+        """The tool's output, or the error as text: a failed action informs the joiner, not ends the run."""
         tool = self.tools[task.name]
         try:
             with anyio.fail_after(self.tool_timeout_s):

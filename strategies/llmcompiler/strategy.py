@@ -36,7 +36,7 @@ class LLMCompilerConfig(StrategyConfig):
         default=1,
         ge=1,
         le=10,
-        description="planning rounds, as the reference code counts them: 1 = plan once (its benchmark setting)",
+        description="planning rounds, counted as the reference code does: 1 = plan once (its benchmarks)",
     )
     stream_plan: bool = Field(
         default=True, description="dispatch each action as soon as its line is complete"

@@ -81,6 +81,9 @@ def llama_server(llama_log: Path) -> Iterator[str]:
     log = llama_log
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
     command += ["--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
+    # Off, so a new request does not cut the running one short: only our closing the
+    # stream may stop it, which is what the early-exit test checks.
+    command += ["--interrupt_requests", "False"]
     with log.open("wb") as out:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its log is read by the tests
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -146,11 +149,11 @@ async def test_stop_strings(llama_server: str) -> None:
 
 
 async def test_early_exit_then_the_server_serves_the_next_request(llama_server: str, llama_log: Path) -> None:
-    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
-    request = GenerateRequest(
-        prompt="Write a long story about a dragon.", params=SamplingParams(max_tokens=1000)
-    )
-    async with backend.stream(request) as stream:
+    # End-of-text tokens banned, so the story cannot end by itself before 1500 tokens.
+    no_eos = {"logit_bias": {"0": -100.0, "2": -100.0}}
+    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None, extra_body=no_eos)
+    counting = GenerateRequest(prompt="Once upon a time", params=greedy(1500))
+    async with backend.stream(counting) as stream:
         seen = 0
         async for _ in stream:
             seen += 1
@@ -158,8 +161,8 @@ async def test_early_exit_then_the_server_serves_the_next_request(llama_server: 
                 break
     start = time.perf_counter()
     [completion] = await generate(backend, GenerateRequest(prompt="1, 2, 3,", params=greedy(3)))
-    # Had the server kept generating the 1000-token story, this would wait behind it.
-    assert completion.text and time.perf_counter() - start < 5.0
+    # The server runs one request at a time: had it kept counting to 1500, this would wait behind it.
+    assert completion.text and time.perf_counter() - start < 8.0
     assert backend.pool.replicas[0].num_outstanding == 0
     assert "Disconnected from client" in llama_log.read_text()  # the server saw the close and stopped
     await backend.aclose()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import time
+
 from paragen.answers import extract_answer, majority_vote
 from paragen.context import RunContext
 from paragen.prompts import solve_messages
@@ -48,3 +51,16 @@ class Vote(BaseStrategy[VoteConfig]):
 def register_test_strategies() -> None:
     register(STRATEGY_GROUP, "t_single", OneSample)
     register(STRATEGY_GROUP, "t_vote", Vote)
+
+
+def spin_forever(prediction: str, gold: str) -> bool:
+    """A comparison that never ends in Python code: the grader's timer must stop it."""
+    while True:
+        time.sleep(0.001)
+
+
+def ignore_timer_and_hang(prediction: str, gold: str) -> bool:
+    """A comparison deaf to the timer (like C code): only the outer limit and a kill stop it."""
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    time.sleep(60)
+    return True

@@ -57,7 +57,7 @@ class CalculatorArgs(BaseModel):
 
 @tool(
     "calculator",
-    'calculator(expression: str) -> str: evaluates an arithmetic expression exactly, e.g. calculator("(4+8)*2"). '
+    'calculator(expression: str) -> str: evaluates arithmetic exactly, e.g. calculator("(4+8)*2"). '
     "Supports + - * / ** % sqrt log exp sin cos tan abs floor ceil factorial max min round, pi, e.",
 )
 async def calculator(args: CalculatorArgs) -> str:

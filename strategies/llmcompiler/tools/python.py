@@ -37,7 +37,8 @@ _RUNNER = r"""
 import os, resource, sys
 tmp, path, cpu, mem, nproc, fsize = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
 for kind, value in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem),
-                    (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_CORE, 0)):
+                    (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_FSIZE, fsize),
+                    (resource.RLIMIT_CORE, 0)):
     resource.setrlimit(kind, (value, value))
 code = open(path).read()
 WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -74,7 +75,7 @@ class PythonArgs(BaseModel):
 
 @tool(
     "python",
-    'python(code: str) -> str: runs a short Python program and returns what it printed, e.g. python("print(2**10)"). '
+    'python(code: str) -> str: runs a Python program, returns what it printed, e.g. python("print(2**10)"). '
     "No network, no files outside its own folder, a few seconds of CPU.",
 )
 async def python(

@@ -1,0 +1,149 @@
+"""A synthetic parallel-tool task whose tools have known latencies, with a scripted planner.
+
+The question asks for the sum of several values, each fetched by a slow tool call. A
+scripted model writes the plan (LLMCompiler), the steps (ReAct) and the final answer,
+with fixed token delays, so the speedup of parallel over sequential tool calling and how
+close LLMCompiler gets to the ideal critical path are measurable without a strong model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import anyio
+from pydantic import BaseModel
+
+from paragen.backends.scripted import Script, ScriptedBackend, tokenize
+from paragen.types import GenerateRequest, Problem
+from strategies.llmcompiler.plan import END_OF_PLAN
+from strategies.llmcompiler.tools import Tool, tool
+from strategies.llmcompiler.tools.calculator import calculator
+
+
+class FetchArgs(BaseModel):
+    key: str
+
+
+@tool("fetch", 'fetch(key: str) -> str: the number stored under key, e.g. fetch("alpha"). It is slow.')
+async def fetch(args: FetchArgs, *, latencies: Mapping[str, float] | None = None) -> str:
+    latency = (latencies or {}).get(args.key, 0.1)
+    await anyio.sleep(latency)
+    return str(value_of(args.key))
+
+
+def value_of(key: str) -> int:
+    """The number stored under ``key`` (deterministic, so graders and scripts agree)."""
+    return sum(ord(c) for c in key) % 97
+
+
+_KEYS = re.compile(r"keys: ([\w, ]+)\.")
+
+
+@dataclass
+class SyntheticTask:
+    """Problems, tools and a scripted backend with known timings.
+
+    ``token_delay`` and ``first_delay`` are the model's per-token time and time to first token;
+    ``latencies`` the fetch tool's per-key latency.
+    """
+
+    keys: list[list[str]]
+    latencies: dict[str, float]
+    token_delay: float = 0.004
+    first_delay: float = 0.05
+    streams: list[str] = field(default_factory=list)
+
+    def problems(self) -> list[Problem]:
+        return [
+            Problem(
+                id=f"synthetic-{i}",
+                question=f"What is the sum of the numbers stored under these keys: {', '.join(keys)}.",
+                gold=str(sum(value_of(k) for k in keys)),
+                meta={"task": "synthetic_parallel"},
+            )
+            for i, keys in enumerate(self.keys)
+        ]
+
+    def toolbox(self) -> dict[str, Tool]:
+        return {"fetch": fetch.bind(latencies=self.latencies), "calculator": calculator}
+
+    def backend(self) -> ScriptedBackend:
+        return ScriptedBackend(self.respond)
+
+    def script(self, text: str) -> Script:
+        return Script(text=text, token_delay=self.token_delay, first_delay=self.first_delay)
+
+    def respond(self, request: GenerateRequest, index: int) -> Script:
+        messages = request.messages or ()
+        system, user = messages[0].content, messages[-1].content
+        keys = _keys(user)
+        if "Make a plan" in system:
+            return self.script(plan_text(keys))
+        if "Results:" in user:
+            return self.script(f"Thought: the sum is computed.\nAction: Finish({_last_observation(user)})")
+        return self.script(react_step(keys, user))
+
+    def ideal_llmcompiler_s(self, keys: list[str]) -> float:
+        """The best wall time streaming LLMCompiler can reach: plan lines dispatched as they complete."""
+        text = plan_text(keys)
+        line_done = _line_times(text, self.token_delay, self.first_delay)
+        fetched = [line_done[i] + self.latencies.get(k, 0.1) for i, k in enumerate(keys)]
+        sum_done = max(line_done[len(keys)], *fetched)  # the calculator call is instant
+        planner_end = self.first_delay + (len(tokenize(text.split(END_OF_PLAN)[0])) - 1) * self.token_delay
+        join_text = f"Thought: the sum is computed.\nAction: Finish({sum(map(value_of, keys))})"
+        return max(sum_done, planner_end) + self._duration(join_text)
+
+    def _duration(self, text: str) -> float:
+        return self.first_delay + (len(tokenize(text)) - 1) * self.token_delay
+
+
+def plan_text(keys: list[str]) -> str:
+    lines = ["Thought: every value can be fetched at once."]
+    lines += [f'{i}. fetch("{k}")' for i, k in enumerate(keys, 1)]
+    refs = " + ".join(f"${i}" for i in range(1, len(keys) + 1))
+    lines.append(f'{len(keys) + 1}. calculator("{refs}")')
+    lines.append(f"{len(keys) + 2}. join(){END_OF_PLAN}")
+    return "\n".join(lines)
+
+
+def react_step(keys: list[str], user: str) -> str:
+    seen = user.count("Observation:")
+    if seen < len(keys):
+        return f'Thought: I need the value of {keys[seen]}.\nAction: fetch("{keys[seen]}")\nObservation:'
+    if seen == len(keys):
+        values = re.findall(r"Observation: (-?\d+)", user)
+        return f'Thought: now add them.\nAction: calculator("{" + ".join(values)}")\nObservation:'
+    return f"Thought: I have the sum.\nAction: Finish({_last_observation(user)})"
+
+
+def _keys(text: str) -> list[str]:
+    found = _KEYS.search(text)
+    return [k.strip() for k in found.group(1).split(",")] if found else []
+
+
+def _last_observation(text: str) -> str:
+    found = re.findall(r"Observation: (.*)", text)
+    return found[-1].strip() if found else "unknown"
+
+
+def _line_times(text: str, token_delay: float, first_delay: float) -> list[float]:
+    """When each line of ``text`` is complete: the token that opens the next line has arrived."""
+    times, pos = [], 0
+    for i, token in enumerate(tokenize(text)):
+        if "\n" in token and pos > 0:
+            times.append(first_delay + i * token_delay)
+        pos += len(token)
+    return times[1:]  # the first line is the thought
+
+
+def default_task(width: int = 5, problems: int = 3) -> SyntheticTask:
+    """``problems`` questions over ``width`` keys each, with latencies between 0.15 and 0.35 s."""
+    names = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
+    keys = [[f"{names[(p + j) % len(names)]}{p}" for j in range(width)] for p in range(problems)]
+    latencies = {k: 0.15 + 0.05 * (j % 5) for row in keys for j, k in enumerate(row)}
+    return SyntheticTask(keys=keys, latencies=latencies)
+
+
+__all__ = ["SyntheticTask", "default_task", "fetch", "plan_text", "react_step", "value_of"]

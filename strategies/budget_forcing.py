@@ -1,0 +1,102 @@
+"""Budget forcing (s1, Muennighoff et al., 2025): control how long a model thinks.
+
+``cap``: think for at most ``think_tokens``; if the budget runs out, close the thinking and
+force the answer with ``answer_cue``. ``extend``: when the model ends its thinking (emits an
+``end_think`` delimiter or stops) before the budget is spent, suppress that and append
+``wait_word`` so it keeps thinking, up to ``waits`` times; then force the answer as in cap.
+Each continuation is a new call that prefills the assistant turn with everything so far, so
+the backend must continue a prefilled message (``capabilities.continue_final``); chat-only
+APIs cannot do this.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from paragen.answers import ExtractMode, extract_answer
+from paragen.context import RunContext
+from paragen.errors import ConfigError
+from paragen.prompts import solve_messages
+from paragen.strategy import BaseStrategy, StrategyConfig
+from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
+
+
+class BudgetForcingConfig(StrategyConfig):
+    mode: Literal["cap", "extend"] = "cap"
+    think_tokens: int = Field(default=1024, ge=1, description="thinking budget (sum over continuations)")
+    waits: int = Field(
+        default=2, ge=0, description="extend: how many times 'Wait' replaces the end of thinking"
+    )
+    answer_tokens: int = Field(default=64, ge=1, description="budget of the forced answer")
+    think_open: str = Field(default="", description="prefix opening the thinking, e.g. '<think>\\n'")
+    end_think: tuple[str, ...] = Field(default=("</think>",), description="delimiters that end thinking")
+    think_close: str = Field(default="\n</think>\n", description="written when the answer is forced")
+    wait_word: str = "Wait"
+    answer_cue: str = "\n\nFinal answer: \\boxed{"
+    temperature: float | None = Field(default=None, ge=0)
+    extract: ExtractMode = "auto"
+
+
+class BudgetForcing(BaseStrategy[BudgetForcingConfig]):
+    """One sample whose thinking is capped or extended, then an answer forced out of it."""
+
+    name = "budget_forcing"
+    Config = BudgetForcingConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        cfg = self.config
+        if not ctx.capabilities.continue_final:
+            raise ConfigError(
+                "budget forcing needs a backend that continues a prefilled reply",
+                hint="use the engine or a completions-capable server (capabilities.continue_final)",
+            )
+        text, used, waits, last = cfg.think_open, 0, 0, None
+        while True:
+            trace = await ctx.sample(
+                self._request(ctx, problem, text, cfg.think_tokens - used), label="think", parents=_ids(last)
+            )
+            text, used, last = text + trace.text, used + trace.completion_tokens, trace
+            if not trace.is_ok or trace.is_truncated or used >= cfg.think_tokens:
+                break
+            if cfg.mode == "extend" and waits < cfg.waits:
+                text, waits = f"{text}\n{cfg.wait_word}", waits + 1
+                continue
+            found = extract_answer(text, cfg.extract)
+            if found is not None:  # it finished thinking and answered within budget
+                return ctx.finish(found, text=text, metrics={"waits": float(waits), "forced": 0.0})
+            break
+        answer, text = await self._force(ctx, problem, text, last)
+        return ctx.finish(answer, text=text, metrics={"waits": float(waits), "forced": 1.0})
+
+    async def _force(
+        self, ctx: RunContext, problem: Problem, text: str, last: Trace | None
+    ) -> tuple[str | None, str]:
+        cfg = self.config
+        prefix = text + cfg.think_close + cfg.answer_cue
+        request = self._request(ctx, problem, prefix, cfg.answer_tokens, stop=False)
+        trace = await ctx.sample(request, label="answer", parents=_ids(last))
+        full = prefix + trace.text
+        tail = cfg.answer_cue + trace.text
+        answer = extract_answer(tail if "}" in trace.text else tail + "}", cfg.extract)
+        return answer, full
+
+    def _request(
+        self, ctx: RunContext, problem: Problem, so_far: str, budget: int, *, stop: bool = True
+    ) -> GenerateRequest:
+        cfg = self.config
+        params: dict[str, object] = {"max_tokens": max(1, budget)}
+        if cfg.temperature is not None:
+            params["temperature"] = cfg.temperature
+        if stop:
+            params["stop"] = cfg.end_think
+        messages = solve_messages(problem.question)
+        if not so_far:
+            return ctx.request(messages=messages, **params)
+        messages.append(ChatMessage(role="assistant", content=so_far))
+        return ctx.request(messages=messages, continue_final=True, **params)
+
+
+def _ids(trace: Trace | None) -> list[int]:
+    return [] if trace is None else [trace.id]

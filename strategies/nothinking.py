@@ -1,0 +1,56 @@
+"""NoThinking + parallel scaling (Ma et al., arXiv 2504.09858): skip the thinking, sample many short answers, vote.
+
+The assistant turn is prefilled with an already-closed thinking block, so a reasoning model
+answers at once; n such answers are sampled in parallel and majority-voted. Needs a backend
+that can continue a prefilled assistant message (``capabilities.continue_final``); without
+it the strategy falls back to an instruction asking for the answer directly, and says so.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from paragen.answers import ExtractMode
+from paragen.context import RunContext
+from paragen.prompts import solve_messages
+from paragen.strategy import BaseStrategy, StrategyConfig
+from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
+from strategies.toolkit import annotate, overrides, vote_finish
+
+PREFILL = "<think>\nThe thinking is done; time to write the answer.\n</think>\n\n"
+DIRECT = "Answer directly, without working it out step by step. Give the final answer as \\boxed{ANSWER}."
+
+
+class NoThinkingConfig(StrategyConfig):
+    n: int = Field(default=8, ge=1, le=1024, description="short answers sampled at once")
+    prefill: str = Field(default=PREFILL, min_length=1, description="the closed thinking block to prefill")
+    max_tokens: int | None = Field(default=None, gt=0, description="answer budget; None = run default")
+    temperature: float | None = Field(default=None, ge=0)
+    extract: ExtractMode = "auto"
+
+
+class NoThinking(BaseStrategy[NoThinkingConfig]):
+    """n answers with the thinking block prefilled as already closed, majority-voted."""
+
+    name = "nothinking"
+    Config = NoThinkingConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        cfg = self.config
+        request = self._request(ctx, problem)
+        finished: list[Trace] = []
+        async with ctx.fanout(request, n=cfg.n, label="answer") as fan:
+            async for trace in fan:
+                finished.append(annotate(trace, cfg.extract))
+        prefilled = float(request.continue_final)
+        return vote_finish(ctx, finished, metrics={"prefilled": prefilled})
+
+    def _request(self, ctx: RunContext, problem: Problem) -> GenerateRequest:
+        cfg = self.config
+        params = overrides(cfg.temperature, None, cfg.max_tokens)
+        messages = solve_messages(problem.question)
+        if ctx.capabilities.continue_final:
+            messages.append(ChatMessage(role="assistant", content=cfg.prefill))
+            return ctx.request(messages=messages, continue_final=True, **params)
+        ctx.emit("nothinking: backend cannot continue a prefilled reply; asking for a direct answer")
+        return ctx.request(messages=solve_messages(problem.question, system=DIRECT), **params)

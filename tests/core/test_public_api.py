@@ -1,0 +1,34 @@
+"""The public surface: curated __all__, and a CLI that does not import heavy libraries for --help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import paragen
+
+
+def test_all_names_resolve_and_are_curated() -> None:
+    assert sorted(paragen.__all__) == sorted(set(paragen.__all__))
+    for name in paragen.__all__:
+        assert hasattr(paragen, name), name
+    assert {"Orchestrator", "RunContext", "Problem", "StrategyResult", "build_strategy", "Backend"} <= set(
+        paragen.__all__
+    )
+
+
+def test_help_and_listing_do_not_import_torch_or_vllm() -> None:
+    code = (
+        "import sys\n"
+        "from paragen.cli import main\n"
+        "for argv in (['--help'], ['strategies'], ['run', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code in (0, None), exc.code\n"
+        "print('HEAVY', sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "HEAVY []" in out.stdout
+    assert "Usage" in out.stdout
