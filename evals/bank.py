@@ -9,15 +9,15 @@ early stops change what gets generated.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evals.metrics import bootstrap_ci
 from paragen.answers import answer_key, extract_answer, majority_vote
 from paragen.types import Trace
-
-from evals.metrics import bootstrap_ci
 
 OFFLINE = "offline estimate"
 Scorer = Callable[[Trace], float]
@@ -37,7 +37,9 @@ def bank_from_record(record: dict[str, Any]) -> BankProblem:
     """The finished ("ok") samples of a record, in start order, with their extracted answers."""
     mode = record.get("grading_mode", "auto")
     traces = [Trace.model_validate(t) for t in record["result"]["traces"]]
-    samples = sorted((t for t in traces if t.kind == "sample" and t.status == "ok"), key=lambda t: (t.start, t.id))
+    samples = sorted(
+        (t for t in traces if t.kind == "sample" and t.status == "ok"), key=lambda t: (t.start, t.id)
+    )
     answers = [t.answer if t.answer is not None else extract_answer(t.text, mode) for t in samples]
     return BankProblem(str(record["problem"]["id"]), record["problem"].get("gold"), samples, answers)
 
@@ -63,10 +65,14 @@ def verdict_table(pairs: Sequence[tuple[str, str]], verdicts: Sequence[str]) -> 
 
 
 def _is_correct(item: BankProblem, answer: str | None, verdicts: Verdicts) -> bool:
-    return answer is not None and item.gold is not None and verdicts.get((answer_key(answer), item.gold), False)
+    return (
+        answer is not None and item.gold is not None and verdicts.get((answer_key(answer), item.gold), False)
+    )
 
 
-def expected_majority(item: BankProblem, k: int, verdicts: Verdicts, *, draws: int = 64, seed: int = 0) -> float:
+def expected_majority(
+    item: BankProblem, k: int, verdicts: Verdicts, *, draws: int = 64, seed: int = 0
+) -> float:
     """Chance that the majority of k samples drawn without replacement is correct (exact for k = n)."""
     n = len(item.answers)
     if n == 0:
@@ -90,13 +96,15 @@ def mean_logprob(trace: Trace) -> float:
 
 
 def token_confidences(trace: Trace) -> list[float]:
-    """DeepConf's token confidence: minus the mean log-probability of the top alternatives.
+    """Per-token confidence, higher = surer.
 
-    Without top-k alternatives, the chosen token's own log-probability stands in.
+    With top-k alternatives this is DeepConf's measure, minus their mean log-probability
+    (a peaked distribution leaves the alternatives very unlikely). Without them, the
+    chosen token's probability stands in (positive, so it can weight a vote).
     """
     if trace.top_logprobs:
         return [-sum(top) / len(top) for top in trace.top_logprobs if top]
-    return [-lp for lp in trace.logprobs or []]
+    return [math.exp(lp) for lp in trace.logprobs or []]
 
 
 def lowest_group_confidence(confidences: Sequence[float], window: int = 256) -> float:
@@ -114,7 +122,10 @@ def lowest_group_confidence(confidences: Sequence[float], window: int = 256) -> 
 
 def deepconf_offline(item: BankProblem, verdicts: Verdicts, *, keep: float = 0.9, window: int = 256) -> bool:
     """Keep the most confident ``keep`` fraction of samples, then vote weighted by confidence."""
-    scored = [(lowest_group_confidence(token_confidences(t), window), a) for t, a in zip(item.traces, item.answers, strict=True)]
+    scored = [
+        (lowest_group_confidence(token_confidences(t), window), a)
+        for t, a in zip(item.traces, item.answers, strict=True)
+    ]
     if not scored:
         return False
     count = max(1, round(len(scored) * keep))
@@ -131,7 +142,14 @@ def offline_rows(bank: Sequence[BankProblem], verdicts: Verdicts, *, source: str
         scores = [expected_majority(b, k, verdicts) for b in bank]
         rows.append(_row(source, f"maj@{k}", k, scores))
     if n >= 2:
-        rows.append(_row(source, f"best_of_{n}(mean_logprob)", n, [float(best_of(b, mean_logprob, verdicts)) for b in bank]))
+        rows.append(
+            _row(
+                source,
+                f"best_of_{n}(mean_logprob)",
+                n,
+                [float(best_of(b, mean_logprob, verdicts)) for b in bank],
+            )
+        )
         for keep in (0.9, 0.1):
             scores = [float(deepconf_offline(b, verdicts, keep=keep)) for b in bank]
             rows.append(_row(source, f"deepconf_offline(keep={keep})", n, scores))

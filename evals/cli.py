@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
+
 from paragen.errors import ConfigError, ParagenError
 from paragen.types import SamplingParams
-from pydantic import ValidationError
 
 PLOT_FILE = "pareto.png"
 
@@ -29,7 +30,9 @@ def parse_ns(text: str) -> list[int]:
     try:
         ns = [int(part) for part in _split(text)]
     except ValueError:
-        raise ConfigError(f"bad --n {text!r}", hint="give positive integers separated by commas, e.g. 1,4,8") from None
+        raise ConfigError(
+            f"bad --n {text!r}", hint="give positive integers separated by commas, e.g. 1,4,8"
+        ) from None
     if not ns or any(n <= 0 for n in ns):
         raise ConfigError(f"bad --n {text!r}", hint="give positive integers separated by commas, e.g. 1,4,8")
     return ns
@@ -74,11 +77,20 @@ def _sampling(max_tokens: int, temperature: float, sample_seed: int | None) -> S
 
 
 def eval_command(
-    task: Annotated[str, typer.Option("-t", "--task", help="arith, gsm8k, math500, aime24, aime25, amc23, a file, or hf:ID")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="run folder for records.jsonl, run.json and plots")],
-    strategies: Annotated[str, typer.Option("-s", "--strategies", help="comma-separated strategy names")] = "single",
+    task: Annotated[
+        str,
+        typer.Option("-t", "--task", help="arith, gsm8k, math500, aime24, aime25, amc23, a file, or hf:ID"),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="run folder for records.jsonl, run.json and plots")
+    ],
+    strategies: Annotated[
+        str, typer.Option("-s", "--strategies", help="comma-separated strategy names")
+    ] = "single",
     ns: Annotated[str, typer.Option("--n", help="comma-separated n values for strategies with an n")] = "1",
-    backend: Annotated[str, typer.Option("--backend", "-b", help="KIND[:TARGET], e.g. engine or openai:URL")] = "engine",
+    backend: Annotated[
+        str, typer.Option("--backend", "-b", help="KIND[:TARGET], e.g. engine or openai:URL")
+    ] = "engine",
     backend_opt: Annotated[list[str], typer.Option("--backend-opt", help="KEY=VALUE for the backend")] = [],  # noqa: B006
     strategy_opt: Annotated[list[str], typer.Option("--strategy-opt", "-O", help="STRATEGY.KEY=VALUE")] = [],  # noqa: B006
     limit: Annotated[int | None, typer.Option(help="at most this many problems")] = None,
@@ -94,7 +106,9 @@ def eval_command(
     question_field: Annotated[str | None, typer.Option(help="user data: field with the question")] = None,
     answer_field: Annotated[str | None, typer.Option(help="user data: field with the gold answer")] = None,
     id_field: Annotated[str | None, typer.Option(help="user data: field with the problem id")] = None,
-    grading: Annotated[str | None, typer.Option(help="answer extraction: auto, boxed, answer_is, last_number")] = None,
+    grading: Annotated[
+        str | None, typer.Option(help="answer extraction: auto, boxed, answer_is, last_number")
+    ] = None,
     split: Annotated[str, typer.Option(help="user hub data: split")] = "train",
     offline: Annotated[bool, typer.Option(help="use bundled copies, never the hub")] = False,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
@@ -108,11 +122,19 @@ def eval_command(
                             grading=grading, split=split)  # fmt: skip
         selection = Selection(limit=limit, offset=offset, ids=_split(ids), shuffle=shuffle, seed=seed)
         settings = {
-            "strategies": _split(strategies), "ns": parse_ns(ns), "backend": backend,
-            "backend_options": parse_options(backend_opt), "strategy_options": parse_strategy_options(strategy_opt),
-            "sampling": _sampling(max_tokens, temperature, sample_seed), "out": out, "resume": resume,
-            "max_concurrent": max_concurrent, "seed": seed, "progress": progress, "offline": offline or None,
-        }  # fmt: skip
+            "strategies": _split(strategies),
+            "ns": parse_ns(ns),
+            "backend": backend,
+            "backend_options": parse_options(backend_opt),
+            "strategy_options": parse_strategy_options(strategy_opt),
+            "sampling": _sampling(max_tokens, temperature, sample_seed),
+            "out": out,
+            "resume": resume,
+            "max_concurrent": max_concurrent,
+            "seed": seed,
+            "progress": progress,
+            "offline": offline or None,
+        }
         records = run_sweep(task_obj, selection, settings)
     except ParagenError as exc:
         _fail(exc)
@@ -131,9 +153,18 @@ def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[dict[
     problems = load_problems(task, selection, offline=settings["offline"])
     combos = build_combos(settings["strategies"], settings["ns"], settings["strategy_options"])
     backend = build_backend(settings["backend"], settings["backend_options"])
-    spec = EvalSpec(task=task, problems=problems, combos=combos, out=settings["out"], backend_spec=settings["backend"],
-                    resume=settings["resume"], max_concurrent=settings["max_concurrent"], sampling=settings["sampling"],
-                    seed=settings["seed"], progress=settings["progress"])  # fmt: skip
+    spec = EvalSpec(
+        task=task,
+        problems=problems,
+        combos=combos,
+        out=settings["out"],
+        backend_spec=settings["backend"],
+        resume=settings["resume"],
+        max_concurrent=settings["max_concurrent"],
+        sampling=settings["sampling"],
+        seed=settings["seed"],
+        progress=settings["progress"],
+    )
 
     async def main() -> list[dict[str, Any]]:
         try:
@@ -147,7 +178,9 @@ def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[dict[
 def report_command(
     run: Annotated[Path, typer.Argument(help="a run folder written by `paragen eval`")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, csv or md")] = "table",
-    regrade: Annotated[bool, typer.Option(help="re-score the recorded answers with the current grader")] = False,
+    regrade: Annotated[
+        bool, typer.Option(help="re-score the recorded answers with the current grader")
+    ] = False,
     plot: Annotated[bool, typer.Option(help="write pareto.png beside the records")] = False,
 ) -> None:
     """Summarize a run's records: accuracy with CIs, latency, tokens, offline estimates, matched budgets."""

@@ -141,7 +141,9 @@ class Grader:
         if not pairs:
             return []
         pool = self._ensure_pool()
-        futures: list[Future[Verdict]] = [pool.submit(_compare, p, g, self.timeout_s, self.equivalence) for p, g in pairs]
+        futures: list[Future[Verdict]] = [
+            pool.submit(_compare, p, g, self.timeout_s, self.equivalence) for p, g in pairs
+        ]
         # Every comparison has its own timer; this outer limit only catches a wedged worker.
         limit = (self.timeout_s + 1.0) * (len(pairs) / self.workers + 1) + self.backstop_s
         done, _ = wait(futures, timeout=limit)

@@ -27,14 +27,15 @@ def plot_pareto(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     fig, axes = plt.subplots(1, len(AXES), figsize=(6 * len(AXES), 4.8), squeeze=False)
     strategies = sorted({r["strategy"] for r in rows})
     colors = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(strategies)}
     for ax, (key, label) in zip(axes[0], AXES, strict=True):
         _panel(ax, rows, key, label, colors)
-    handles = [plt.Line2D([], [], marker="o", linestyle="", color=colors[s], label=s) for s in strategies]
-    handles.append(plt.Line2D([], [], color="black", linestyle="--", label="Pareto frontier"))
+    handles = [Line2D([], [], marker="o", linestyle="", color=colors[s], label=s) for s in strategies]
+    handles.append(Line2D([], [], color="black", linestyle="--", label="Pareto frontier"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False)
     fig.suptitle(title or "accuracy vs cost (95% bootstrap CI)")
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))

@@ -57,7 +57,9 @@ class RecordWriter:
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / RECORDS_FILE
         if path.exists() and path.stat().st_size and not resume:
-            raise ConfigError(f"{path} already has records", hint="pass --resume to continue it, or pick a new --out")
+            raise ConfigError(
+                f"{path} already has records", hint="pass --resume to continue it, or pick a new --out"
+            )
         _drop_partial_line(path)
         return cls(path, {record_key(r) for r in read_records(run_dir)})
 

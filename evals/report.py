@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from paragen.types import StrategyResult
 from rich.console import Console
 from rich.table import Table
 
@@ -22,6 +21,7 @@ from evals import bank as sample_bank
 from evals.grading import Grader
 from evals.metrics import Point, ProblemStats, matched_cost, summarize
 from evals.records import read_records
+from paragen.types import StrategyResult
 
 GroupKey = tuple[str, str, int]
 
@@ -82,7 +82,10 @@ def offline_rows(records: Sequence[dict[str, Any]], grader: Grader) -> list[dict
 
 def matched_rows(rows: Sequence[dict[str, Any]], axis: str) -> list[dict[str, Any]]:
     """Best accuracy per strategy at each budget level of ``axis`` (mean tokens per problem)."""
-    points = [Point(f"{r['strategy']} n={r['n']}", r["strategy"], float(r[axis]), float(r["accuracy"])) for r in rows]
+    points = [
+        Point(f"{r['strategy']} n={r['n']}", r["strategy"], float(r[axis]), float(r["accuracy"]))
+        for r in rows
+    ]
     return matched_cost(points)
 
 
@@ -124,9 +127,13 @@ _COLUMNS = (
 )
 
 
+def _ci(row: dict[str, Any]) -> str:
+    return f"{row['ci_low']:.1%}-{row['ci_high']:.1%}"
+
+
 def _cell(row: dict[str, Any], key: str | None, fmt: str) -> str:
     if key is None:
-        return f"{row['ci_low']:.1%}-{row['ci_high']:.1%}"
+        return _ci(row)
     value = row.get(key)
     if value is None:
         return "-"
@@ -142,8 +149,18 @@ def table_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[st
 
 def _offline_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     header = ["task", "from", "method", "acc", "95% CI", "problems", "label"]
-    body = [[r["task"], r["source"], r["method"], f"{r['accuracy']:.1%}", f"{r['ci_low']:.1%}-{r['ci_high']:.1%}",
-             str(r["num_problems"]), r["label"]] for r in rows]  # fmt: skip
+    body = [
+        [
+            r["task"],
+            r["source"],
+            r["method"],
+            f"{r['accuracy']:.1%}",
+            _ci(r),
+            str(r["num_problems"]),
+            r["label"],
+        ]
+        for r in rows
+    ]
     return header, body
 
 
@@ -164,6 +181,8 @@ def _sections(report: dict[str, Any]) -> list[tuple[str, tuple[list[str], list[l
 
 def print_report(report: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
+    if not console.is_terminal and console.width < 150:
+        console.width = 200  # a pipe or a log file: wide rows beat folded cells
     for title, (header, body) in _sections(report):
         if not body:
             continue

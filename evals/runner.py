@@ -17,6 +17,18 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from evals.grading import Grade, Grader
+from evals.records import Key, RecordWriter, read_records, record_key, versions, write_run_info
+from evals.tasks.base import Task
 from paragen.backends.base import Backend
 from paragen.config import parse_backend_spec
 from paragen.errors import ConfigError
@@ -24,11 +36,6 @@ from paragen.orchestrator import Orchestrator
 from paragen.registry import load_backend, load_strategy
 from paragen.strategy import Strategy, build_strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-from evals.grading import Grade, Grader
-from evals.records import Key, RecordWriter, read_records, record_key, versions, write_run_info
-from evals.tasks.base import Task
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,9 @@ class Combo:
     strategy: Strategy
 
 
-def build_combos(names: Sequence[str], ns: Sequence[int], options: dict[str, dict[str, Any]] | None = None) -> list[Combo]:
+def build_combos(
+    names: Sequence[str], ns: Sequence[int], options: dict[str, dict[str, Any]] | None = None
+) -> list[Combo]:
     """Every strategy at every n (strategies whose Config has no ``n`` field run once)."""
     if not names:
         raise ConfigError("no strategy given", hint="pass e.g. -s single,majority")
@@ -50,8 +59,23 @@ def build_combos(names: Sequence[str], ns: Sequence[int], options: dict[str, dic
         if "n" not in load_strategy(name).Config.model_fields:
             combos.append(Combo(name, 1, build_strategy(name, extra)))
             continue
-        combos.extend(Combo(name, n, build_strategy(name, {**extra, "n": n})) for n in ns)
+        combos.extend(_combos_over_n(name, ns, extra))
     return combos
+
+
+def _combos_over_n(name: str, ns: Sequence[int], extra: dict[str, Any]) -> list[Combo]:
+    """One combo per n; a strategy whose ``n`` only admits 1 (e.g. single) runs once at n=1."""
+    if not _admits_many(name, extra):
+        return [Combo(name, 1, build_strategy(name, {**extra, "n": 1}))]
+    return [Combo(name, n, build_strategy(name, {**extra, "n": n})) for n in ns]
+
+
+def _admits_many(name: str, extra: dict[str, Any]) -> bool:
+    try:
+        build_strategy(name, {**extra, "n": 2})
+    except ConfigError:
+        return False
+    return True
 
 
 def build_backend(spec: str, options: dict[str, Any] | None = None) -> Backend:
@@ -122,7 +146,9 @@ async def _run_combo(
 ) -> None:
     todo = [p for p in spec.problems if (spec.task.name, p.id, combo.name, combo.n) not in writer.done]
     tally = _Tally()
-    bar = progress.add_task(tally.text(combo), total=len(spec.problems), completed=len(spec.problems) - len(todo))
+    bar = progress.add_task(
+        tally.text(combo), total=len(spec.problems), completed=len(spec.problems) - len(todo)
+    )
     if not todo:
         return
     async with orch.stream_many(combo.strategy, todo) as finished:
@@ -136,7 +162,12 @@ async def _run_combo(
 
 
 def make_record(
-    spec: EvalSpec, combo: Combo, problem: Problem, result: StrategyResult, grade: Grade, run_info: dict[str, Any]
+    spec: EvalSpec,
+    combo: Combo,
+    problem: Problem,
+    result: StrategyResult,
+    grade: Grade,
+    run_info: dict[str, Any],
 ) -> dict[str, Any]:
     """One JSONL record: the problem, the raw result (traces included), the grade and the run's settings."""
     return {
@@ -164,7 +195,10 @@ def _run_info(spec: EvalSpec) -> dict[str, Any]:
         "task": spec.task.name,
         "task_source": spec.task_source,
         "backend": spec.backend_spec,
-        "strategies": [{"name": c.name, "n": c.n, "config": c.strategy.config.model_dump(mode="json")} for c in spec.combos],
+        "strategies": [
+            {"name": c.name, "n": c.n, "config": c.strategy.config.model_dump(mode="json")}
+            for c in spec.combos
+        ],
         "problems": [p.id for p in spec.problems],
         "sampling": spec.sampling.model_dump(mode="json"),
         "seed": spec.seed,

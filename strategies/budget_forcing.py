@@ -11,7 +11,7 @@ APIs cannot do this.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -86,7 +86,7 @@ class BudgetForcing(BaseStrategy[BudgetForcingConfig]):
         self, ctx: RunContext, problem: Problem, so_far: str, budget: int, *, stop: bool = True
     ) -> GenerateRequest:
         cfg = self.config
-        params: dict[str, object] = {"max_tokens": max(1, budget)}
+        params: dict[str, Any] = {"max_tokens": max(1, budget)}
         if cfg.temperature is not None:
             params["temperature"] = cfg.temperature
         if stop:

@@ -1,4 +1,4 @@
-"""NoThinking + parallel scaling (Ma et al., arXiv 2504.09858): skip the thinking, sample many short answers, vote.
+"""NoThinking + parallel (Ma et al., arXiv 2504.09858): skip thinking, sample short answers, vote.
 
 The assistant turn is prefilled with an already-closed thinking block, so a reasoning model
 answers at once; n such answers are sampled in parallel and majority-voted. Needs a backend

@@ -172,11 +172,9 @@ def _draft_of(result: StrategyResult) -> Draft:
     """A sub-strategy's result as one draft; its cost is its own critical path plus its prompt."""
     samples = [t for t in result.traces if t.kind == "sample"]
     prompt = max((t.prompt_tokens for t in samples), default=0)
-    draft = Draft(
-        result.text or "", result.answer, [t.id for t in samples], prompt, result.usage.sequential_tokens
-    )
-    draft.meta_total = result.usage.total_tokens + result.usage.prompt_tokens  # type: ignore[attr-defined]
-    return draft
+    everything = result.usage.total_tokens + result.usage.prompt_tokens
+    ids = [t.id for t in samples]
+    return Draft(result.text or "", result.answer, ids, prompt, result.usage.sequential_tokens, everything)
 
 
 class SRConfig(PDRConfig):

@@ -10,10 +10,9 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from evals.tasks.base import DATA_DIR, Fields, HubSource, Selection, Task, hub_offline, load_problems
 from paragen.answers import ExtractMode
 from paragen.errors import ConfigError
-
-from evals.tasks.base import DATA_DIR, Fields, HubSource, Selection, Task, hub_offline, load_problems
 
 BUILTIN = ("arith", "gsm8k", "math500", "aime24", "aime25", "amc23")
 _FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}

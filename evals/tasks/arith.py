@@ -71,7 +71,9 @@ def generate_rows(size: int = 200, seed: int = 0, levels: tuple[int, ...] = LEVE
     for i in range(size):
         level = levels[i % len(levels)]
         question, answer = _MAKERS[level](rng)
-        rows.append({"id": f"arith-{seed}-{i:04d}", "problem": question, "answer": str(answer), "level": level})
+        rows.append(
+            {"id": f"arith-{seed}-{i:04d}", "problem": question, "answer": str(answer), "level": level}
+        )
     return rows
 
 

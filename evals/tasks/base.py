@@ -141,7 +141,9 @@ class Selection:
     seed: int = 0
 
 
-def load_problems(task: Task, selection: Selection | None = None, *, offline: bool | None = None) -> list[Problem]:
+def load_problems(
+    task: Task, selection: Selection | None = None, *, offline: bool | None = None
+) -> list[Problem]:
     """The task's problems after ``selection``; one ConfigError line when nothing fits."""
     selection = selection or Selection()
     rows, fields, _ = task.load(offline=offline)

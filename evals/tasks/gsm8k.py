@@ -7,7 +7,9 @@ from evals.tasks.base import Fields, HubSource, Task, gsm8k_gold
 TASK = Task(
     name="gsm8k",
     description="GSM8K grade-school math word problems (test split; 1219 bundled, 100 held out)",
-    hub=HubSource("openai/gsm8k", split="test", config="main", fields=Fields("question", "answer", None, gsm8k_gold)),
+    hub=HubSource(
+        "openai/gsm8k", split="test", config="main", fields=Fields("question", "answer", None, gsm8k_gold)
+    ),
     bundled="gsm8k_test.jsonl",
     grading="auto",
 )

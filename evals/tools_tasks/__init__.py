@@ -1,1 +1,1 @@
-"""Benchmarks for the tool-using strategies (LLMCompiler, ReAct): Game of 24, the LLMCompiler JSON sets, a synthetic DAG."""
+"""Benchmarks for the tool-using strategies: Game of 24, the LLMCompiler JSON sets, a synthetic DAG."""

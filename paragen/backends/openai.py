@@ -316,10 +316,12 @@ class _HTTPStream:
         while True:
             replica = self._backend.pool.pick(self._request.affinity, avoid)
             try:
-                async with aclosing(self._attempt(replica)) as deltas:
-                    async for delta in deltas:
-                        self._started = True
-                        yield delta
+                # Outstanding from the pick on, so requests picked together see each other.
+                with self._backend.pool.lease(replica):
+                    async with aclosing(self._attempt(replica)) as deltas:
+                        async for delta in deltas:
+                            self._started = True
+                            yield delta
                 return
             except BackendError as exc:
                 delay = retry_delay(exc, attempt, config.backoff, config.max_backoff)
@@ -330,42 +332,42 @@ class _HTTPStream:
 
     async def _attempt(self, replica: Replica) -> AsyncGenerator[Delta, None]:
         info = await self._backend.server_info(replica)
+        url, body, rid = self._prepare(replica, info)
+        parser = ChunkParser(
+            self._backend.endpoint_for(self._request), self.usage, num_choices=self._request.n
+        )
+        client = self._backend.client
+        with map_http_errors(url):
+            request = client.build_request("POST", url, json=body, headers=_SSE_HEADERS)
+            response = await client.send(request, stream=True)
+        try:
+            with map_http_errors(url):
+                await raise_for_status(response)
+                async with aclosing(EventSource(response).aiter_sse()) as events:
+                    async for event in events:
+                        if event.data == "[DONE]":
+                            parser.saw_done = True
+                            break
+                        for delta in parser.parse(event.data):
+                            yield delta
+            if not parser.is_done:
+                raise BackendConnectionError(f"{url}: the stream ended before the completion did")
+        finally:
+            await _close(response, self._backend, replica, None if parser.is_done else rid)
+
+    def _prepare(self, replica: Replica, info: ServerInfo) -> tuple[str, dict[str, Any], str | None]:
+        """The URL, body and SGLang request id of one attempt; usage starts over."""
         if self._request.n > 1 and not info.native_n:
-            raise ConfigError(
-                f"{replica.url} does not accept n > 1", hint="send n=1 requests (see capabilities)"
-            )
+            hint = "send n=1 requests (see capabilities.native_n)"
+            raise ConfigError(f"{replica.url} does not accept n > 1", hint=hint)
         endpoint = self._backend.endpoint_for(self._request)
         rid = f"{self._request.request_id}-{uuid.uuid4().hex[:8]}" if info.kind == "sglang" else None
         options = WireOptions(info.model, endpoint, info.kind, info.continuous_usage, rid)
+        body = {**build_body(self._request, options), **self._backend.config.extra_body}
         self.usage.prompt_tokens, self.usage.completion_tokens, self.usage.source = 0, 0, "none"
-        parser = ChunkParser(endpoint, self.usage, num_choices=self._request.n)
+        self.usage.cached_prompt_tokens = None
         url = f"{replica.url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
-        client = self._backend.client
-        with self._backend.pool.lease(replica):
-            with map_http_errors(url):
-                response = await client.send(
-                    client.build_request(
-                        "POST",
-                        url,
-                        json={**build_body(self._request, options), **self._backend.config.extra_body},
-                        headers=_SSE_HEADERS,
-                    ),
-                    stream=True,
-                )
-            try:
-                with map_http_errors(url):
-                    await raise_for_status(response)
-                    async with aclosing(EventSource(response).aiter_sse()) as events:
-                        async for event in events:
-                            if event.data == "[DONE]":
-                                parser.saw_done = True
-                                break
-                            for delta in parser.parse(event.data):
-                                yield delta
-                if not parser.is_done:
-                    raise BackendConnectionError(f"{url}: the stream ended before the completion did")
-            finally:
-                await _close(response, self._backend, replica, None if parser.is_done else rid)
+        return url, body, rid
 
 
 async def _close(response: httpx.Response, backend: OpenAIBackend, replica: Replica, rid: str | None) -> None:

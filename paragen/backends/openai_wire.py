@@ -140,6 +140,9 @@ class _Chunk(_Lenient):
     choices: list[_Choice] = []
     usage: _Usage | None = None
     error: dict[str, Any] | str | None = None
+    object: str | None = None  # "error" when an error object is sent bare, not under "error"
+    message: str | None = None
+    code: int | str | None = None
 
 
 @dataclass(slots=True)
@@ -172,6 +175,8 @@ class ChunkParser:
             raise BackendProtocolError(f"malformed stream chunk: {data[:200]!r}") from exc
         if chunk.error is not None:
             raise _stream_error(chunk.error)
+        if chunk.object == "error":
+            raise _stream_error({"message": chunk.message, "code": chunk.code})
         deltas = [self._delta(choice, chunk.usage) for choice in chunk.choices]
         if chunk.usage is not None and not chunk.choices:
             self._take_final(chunk.usage)

@@ -27,6 +27,7 @@ import anyio
 
 from paragen import errors
 from paragen.backends.base import Backend, Capabilities, CompletionStream, estimate_tokens
+from paragen.backends.openai_http import retry_delay
 from paragen.errors import BackendError, ConfigError
 from paragen.types import Delta, GenerateRequest, Usage
 
@@ -151,8 +152,6 @@ class _RetryStream:
         await self._attempt_stack.aclose()
 
     async def _iterate(self) -> AsyncGenerator[Delta, None]:
-        from paragen.backends.openai_http import retry_delay
-
         started = False
         for attempt in range(self._owner.attempts):
             try:

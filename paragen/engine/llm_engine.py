@@ -109,6 +109,20 @@ class LLMEngine:
         ignore_eos: bool = False,
     ) -> list[int]:
         """Queue ``n`` samples of one prompt; returns their sequence ids (sample i is ids[i])."""
+        seqs = self.new_request(prompt_ids, params, n, share_prefix=share_prefix, ignore_eos=ignore_eos)
+        self.enqueue(seqs)
+        return [seq.seq_id for seq in seqs]
+
+    def new_request(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        n: int = 1,
+        *,
+        share_prefix: bool = True,
+        ignore_eos: bool = False,
+    ) -> list[Sequence]:
+        """Validate and build the sequences of a request without touching engine state (any thread)."""
         self.check_fits(len(prompt_ids), n)
         seqs = [self._new_seq(prompt_ids, params, i) for i in range(n)]
         for seq in seqs:
@@ -117,12 +131,14 @@ class LLMEngine:
             seqs[0].forks = seqs[1:]
             for child in seqs[1:]:
                 child.status = SeqStatus.FORKING
-            self.scheduler.add(seqs[0])
-        else:
-            for seq in seqs:
+        return seqs
+
+    def enqueue(self, seqs: list[Sequence]) -> None:
+        """Hand sequences from new_request() to the scheduler (the step thread only)."""
+        for seq in seqs:
+            if seq.status == SeqStatus.WAITING:
                 self.scheduler.add(seq)
         self.seqs.update((seq.seq_id, seq) for seq in seqs)
-        return [seq.seq_id for seq in seqs]
 
     def check_fits(self, num_prompt_tokens: int, n: int) -> None:
         if num_prompt_tokens == 0:

@@ -148,7 +148,7 @@ class PlanParser:
             fresh += [task] if task is not None else []
         if not self.tasks and not self.errors:
             self._error("empty_plan", "", "the plan has no actions")
-        self._relabel_cycles()
+        self._relabel_forward()
         return fresh
 
     # -- one line --------------------------------------------------------------------------------
@@ -217,14 +217,21 @@ class PlanParser:
     def _error(self, kind: ErrorKind, line: str, message: str) -> None:
         self.errors.append(PlanError(kind, self._line_no, line, message))
 
-    def _relabel_cycles(self) -> None:
-        """A forward reference whose target leads back to the referring action is a cycle."""
+    def _relabel_forward(self) -> None:
+        """Seen whole, a forward reference is a cycle (it leads back) or a reference to nothing."""
         graph = {t.idx: set(t.deps) for t in [*self.tasks.values(), *self.rejected]}
         for i, err in enumerate(self.errors):
             idx = _leading_id(err.line)
-            if err.kind == "forward_reference" and idx is not None and _reaches(graph, idx, idx):
+            if err.kind != "forward_reference" or idx is None:
+                continue
+            if _reaches(graph, idx, idx):
                 self.errors[i] = PlanError(
                     "cycle", err.line_no, err.line, f"action {idx} is on a dependency cycle"
+                )
+            elif any(d not in graph for d in graph.get(idx, ())):
+                missing = sorted(d for d in graph[idx] if d not in graph)
+                self.errors[i] = PlanError(
+                    "missing_reference", err.line_no, err.line, f"no actions {missing}"
                 )
 
 

@@ -73,10 +73,11 @@ class ReAct(BaseStrategy[ReActConfig]):
             observation, span = await self._act(ctx, tools, action, step.id)
             parents = [step.id, *([span.id] if span is not None else [])]
             transcript += f"{text}\nObservation: {observation}\n"
-        result = ctx.finish(None, text=transcript, metrics={"steps": float(self.config.max_steps)})
-        return result.model_copy(
-            update={"stop_reason": "error", "error": "no Finish(answer) within max_steps"}
+        why = f"no Finish(answer) within {self.config.max_steps} steps"
+        result = ctx.finish(
+            None, text=f"{transcript}[{why}]", metrics={"steps": float(self.config.max_steps)}
         )
+        return result.model_copy(update={"stop_reason": "error", "error": why})
 
     async def _think(
         self, ctx: RunContext, system: str, question: str, transcript: str, parents: list[int]

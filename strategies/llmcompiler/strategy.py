@@ -165,7 +165,8 @@ class LLMCompiler(BaseStrategy[LLMCompilerConfig]):
             async with ctx.fanout(request, n=1, label="planner", monitor=monitor) as fan:
                 tfu.parents = [t.id for t in fan.traces]
                 planner = await _only(fan)
-            dispatch(parser.close(planner.text))
+            if not parser.errors:  # else the planner was cut off mid-line: its tail is not a plan line
+                dispatch(parser.close(planner.text))
             if parser.errors or planner.status == "error":
                 tfu.cancel()
         return planner

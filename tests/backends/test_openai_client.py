@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any
 
@@ -282,3 +283,17 @@ async def test_models_lists_nothing_and_no_model_given() -> None:
     transport = httpx.MockTransport(lambda r: httpx.Response(200, json={"data": []}))
     with pytest.raises(ConfigError, match="no model"):
         await OpenAIBackend.from_spec("http://h/v1", transport=transport).probe()
+
+
+async def test_refused_connection_on_loopback() -> None:
+    """A real socket, no server: the error names the URL and keeps httpx's as its cause."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound but not listening: connections are refused
+        backend = OpenAIBackend.from_spec(
+            f"http://127.0.0.1:{port}/v1", model="m", max_retries=1, backoff=0.0
+        )
+        with pytest.raises(BackendConnectionError, match=f"127.0.0.1:{port}") as info:
+            await generate(backend, GenerateRequest(prompt="x"))
+    assert isinstance(info.value.__cause__, httpx.ConnectError)
+    await backend.aclose()

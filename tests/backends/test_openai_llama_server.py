@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -46,6 +47,13 @@ def _model_path() -> Path:
     return path
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -67,18 +75,10 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: 
     pytest.fail(f"llama_cpp.server not ready after {timeout}s:\n{log.read_text()[-2000:]}")
 
 
-@pytest.fixture(scope="session")
-def llama_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("llama") / "server.log"
-
-
-@pytest.fixture(scope="session")
-def llama_server(llama_log: Path) -> Iterator[str]:
-    """Base URL of a llama-cpp-python server serving SmolLM2-135M-Instruct."""
-    if importlib.util.find_spec("llama_cpp") is None:
+def _start(log: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    if not _installed("llama_cpp"):
         _missing("llama-cpp-python is not installed")
     model, port = _model_path(), _free_port()
-    log = llama_log
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
     command += ["--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
     # Off, so a new request does not cut the running one short: only our closing the
@@ -90,14 +90,40 @@ def llama_server(llama_log: Path) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}/v1"
     try:
         _wait_ready(url, process, log)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    except BaseException:
+        _stop(process)
+        raise
+    return url, process
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def llama_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("llama") / "server.log"
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_log: Path) -> Iterator[str]:
+    """Base URL of a llama-cpp-python server serving SmolLM2-135M-Instruct."""
+    url, process = _start(llama_log)
+    yield url
+    _stop(process)
+
+
+@pytest.fixture(scope="session")
+def second_llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Another replica, for pool tests."""
+    url, process = _start(tmp_path_factory.mktemp("llama2") / "server.log")
+    yield url
+    _stop(process)
 
 
 def greedy(max_tokens: int, **changes: object) -> SamplingParams:
@@ -133,7 +159,7 @@ async def test_completions_stream_with_exact_counts(llama_server: str) -> None:
 async def test_chat_stream(llama_server: str) -> None:
     backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
     messages = (ChatMessage(role="user", content="What is 7+5? Answer with a number."),)
-    [completion] = await generate(backend, GenerateRequest(messages=messages, params=greedy(12)))
+    [completion] = await generate(backend, GenerateRequest(messages=messages, params=greedy(6)))
     assert completion.text.strip() and completion.finish_reason in ("stop", "length")
     assert completion.num_tokens > 0
     await backend.aclose()
@@ -161,14 +187,31 @@ async def test_early_exit_then_the_server_serves_the_next_request(llama_server: 
                 break
     start = time.perf_counter()
     [completion] = await generate(backend, GenerateRequest(prompt="1, 2, 3,", params=greedy(3)))
-    # The server runs one request at a time: had it kept counting to 1500, this would wait behind it.
-    assert completion.text and time.perf_counter() - start < 8.0
+    # The server runs one request at a time: had it gone on to 1500 tokens, this would wait behind it.
+    assert completion.text and time.perf_counter() - start < 15.0
     assert backend.pool.replicas[0].num_outstanding == 0
-    assert "Disconnected from client" in llama_log.read_text()  # the server saw the close and stopped
+    assert "Disconnected from client" in await anyio.Path(llama_log).read_text()  # the server saw the close
     await backend.aclose()
 
 
 async def test_count_tokens_with_the_servers_tokenizer(llama_server: str) -> None:
     backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
     assert await backend.count_tokens("hello world") == (2, "tokenizer")
+    await backend.aclose()
+
+
+async def _fan(backend: OpenAIBackend, affinity: str | None) -> None:
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            request = GenerateRequest(prompt="1, 2, 3,", params=greedy(2), affinity=affinity)
+            tg.start_soon(generate, backend, request)
+
+
+async def test_pool_of_two_real_replicas(llama_server: str, second_llama_server: str) -> None:
+    backend = OpenAIBackend.from_spec(llama_server, base_urls=[second_llama_server], api_key_env=None)
+    await _fan(backend, affinity=None)
+    assert [r.num_requests for r in backend.pool.replicas] == [2, 2]  # least outstanding spreads them
+    await _fan(backend, affinity="problem-7")
+    assert sorted(r.num_requests for r in backend.pool.replicas) == [2, 6]  # one problem, one replica
+    assert all(r.num_outstanding == 0 for r in backend.pool.replicas)
     await backend.aclose()

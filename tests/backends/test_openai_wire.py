@@ -167,6 +167,9 @@ def test_error_inside_the_stream() -> None:
     with pytest.raises(BackendHTTPError, match="out of memory") as info:
         ChunkParser("completions", Usage()).parse('{"error": {"message": "out of memory", "code": 503}}')
     assert info.value.status_code == 503 and info.value.retryable
+    with pytest.raises(BackendHTTPError, match="bad request") as info:
+        ChunkParser("chat", Usage()).parse('{"object": "error", "message": "bad request", "code": 400}')
+    assert info.value.status_code == 400 and not info.value.retryable
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tests.evals.helpers import register_test_strategies  # noqa: E402
+from evals_helpers import register_test_strategies
 
 if __name__ == "__main__":
     register_test_strategies()

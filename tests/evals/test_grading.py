@@ -6,12 +6,12 @@ import json
 import time
 
 import pytest
-from paragen.answers import extract_answer
-from paragen.types import StrategyResult, Trace
+from evals_helpers import ignore_timer_and_hang, spin_forever
 
 from evals.grading import Grader, pre_grade
 from evals.tasks import DATA_DIR
-from tests.evals.helpers import ignore_timer_and_hang, spin_forever
+from paragen.answers import extract_answer
+from paragen.types import StrategyResult, Trace
 
 C, X, NA = "correct", "incorrect", "no_answer"
 
@@ -79,7 +79,9 @@ CASES: list[tuple[str, str, str]] = [
 
 def _result(text: str) -> StrategyResult:
     trace = Trace(id=0, text=text, finish_reason="stop", end=1.0)
-    return StrategyResult(strategy="s", problem_id="p", answer=extract_answer(text), text=text, traces=[trace])
+    return StrategyResult(
+        strategy="s", problem_id="p", answer=extract_answer(text), text=text, traces=[trace]
+    )
 
 
 def test_grading_table(grader: Grader) -> None:
@@ -95,7 +97,9 @@ def test_truncation_is_told_apart_from_no_answer() -> None:
     result = StrategyResult(strategy="s", problem_id="p", answer=None, traces=[cut])
     grade = pre_grade(result, "3")
     assert grade is not None and grade.outcome == "truncated"
-    plain = StrategyResult(strategy="s", problem_id="p", answer=None, traces=[cut.model_copy(update={"finish_reason": "stop"})])
+    plain = StrategyResult(
+        strategy="s", problem_id="p", answer=None, traces=[cut.model_copy(update={"finish_reason": "stop"})]
+    )
     assert pre_grade(plain, "3") == pre_grade(plain, "3") and pre_grade(plain, "3").outcome == "no_answer"  # type: ignore[union-attr]
 
 
@@ -129,4 +133,7 @@ def test_every_bundled_reference_answer_grades_correct(grader: Grader, name: str
     verdicts = grader.compare_many(pairs)
     misses = [(r["id"], r["answer"], v) for r, v in zip(rows, verdicts, strict=True) if v != "correct"]
     assert not misses, misses
-    assert len(verdicts) == {"math500.jsonl": 500, "gsm8k_test.jsonl": 1219, "aime2024.jsonl": 30, "amc23.jsonl": 40}[name]
+    assert (
+        len(verdicts)
+        == {"math500.jsonl": 500, "gsm8k_test.jsonl": 1219, "aime2024.jsonl": 30, "amc23.jsonl": 40}[name]
+    )

@@ -20,7 +20,9 @@ from evals.metrics import (
 )
 
 
-@pytest.mark.parametrize(("n", "c", "k"), [(10, 3, 1), (10, 3, 5), (20, 0, 4), (8, 8, 3), (16, 5, 16), (5, 1, 2)])
+@pytest.mark.parametrize(
+    ("n", "c", "k"), [(10, 3, 1), (10, 3, 5), (20, 0, 4), (8, 8, 3), (16, 5, 16), (5, 1, 2)]
+)
 def test_pass_at_k_matches_the_closed_form(n: int, c: int, k: int) -> None:
     expected = 1.0 - math.comb(n - c, k) / math.comb(n, k)
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)

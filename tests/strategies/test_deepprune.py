@@ -85,7 +85,9 @@ async def test_deepprune_prunes_all_but_the_largest_clusters_first_k2() -> None:
 @pytest.mark.anyio
 async def test_deepprune_all_singletons_lets_k3_random_traces_finish() -> None:
     texts = ["alpha beta gamma delta epsilon", "one two three four five", "red green blue cyan pink"]
-    scripts = [Script(text=f"{t} " + "pad " * 30 + f"\\boxed{{{i}}}", token_delay=0.01) for i, t in enumerate(texts)]
+    scripts = [
+        Script(text=f"{t} " + "pad " * 30 + f"\\boxed{{{i}}}", token_delay=0.01) for i, t in enumerate(texts)
+    ]
     strategy = DeepPrune(n=3, judge="lexical", truncation="words", prefix_k=5, k3=1)
     result, _ = await run(strategy, scripts)
     assert [t.status for t in samples(result)].count("ok") == 1

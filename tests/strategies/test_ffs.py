@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from strategy_helpers import SYNC, run, samples, words
 
 from paragen.backends.scripted import Script
 from paragen.errors import ConfigError
 from paragen.types import Trace
 from strategies.ffs import FFS, OPENERS, LFSk, first_k, longest_k, offline_ffs_k
-from strategy_helpers import SYNC, run, samples, words
 
 
 def _t(i: int, tokens: int, answer: str | None, finish: str = "stop", status: str = "ok") -> Trace:
@@ -16,7 +16,13 @@ def _t(i: int, tokens: int, answer: str | None, finish: str = "stop", status: st
 
 
 def test_first_k_skips_unusable_finishers() -> None:
-    done = [_t(0, 5, None), _t(1, 6, "3", "length"), _t(2, 7, "4"), _t(3, 9, "4"), _t(4, 2, "1", status="cancelled")]
+    done = [
+        _t(0, 5, None),
+        _t(1, 6, "3", "length"),
+        _t(2, 7, "4"),
+        _t(3, 9, "4"),
+        _t(4, 2, "1", status="cancelled"),
+    ]
     assert [t.id for t in first_k(done, 2, allow_truncated=False, require_answer=True)] == [2, 3]
     assert [t.id for t in first_k(done, 2, allow_truncated=True, require_answer=True)] == [1, 2]
     assert [t.id for t in first_k(done, 1, allow_truncated=False, require_answer=False)] == [0]
@@ -93,7 +99,9 @@ async def test_ffs_k_votes_over_the_first_k() -> None:
 
 @pytest.mark.anyio
 async def test_lfs_k_waits_for_all_and_votes_over_the_longest() -> None:
-    scripts = [Script(text=words(3, "4"), token_delay=0.01)] * 2 + [Script(text=words(9, "5"), token_delay=0.01)] * 2
+    scripts = [Script(text=words(3, "4"), token_delay=0.01)] * 2 + [
+        Script(text=words(9, "5"), token_delay=0.01)
+    ] * 2
     result, _ = await run(LFSk(n=4, k=2), scripts)
     assert result.answer == "5"
     assert all(t.status == "ok" for t in samples(result))

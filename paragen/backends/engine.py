@@ -1,0 +1,173 @@
+"""The "engine" backend: paragen's own in-process engine behind the Backend contract.
+
+torch is imported only when a backend is built (``from_spec``), so listing backends or
+``paragen --help`` stays light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from paragen.backends.base import Capabilities
+from paragen.errors import EngineError
+from paragen.types import Delta, GenerateRequest, Usage
+
+if TYPE_CHECKING:
+    from paragen.engine.async_engine import AsyncEngine, Request
+    from paragen.engine.llm_engine import LLMEngine, StepOutput
+
+
+class EngineConfig(BaseModel):
+    """Options of the engine backend (``--backend engine:MODEL`` plus these)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["auto", "bfloat16", "bf16", "float32", "fp32"] = "auto"
+    device: str = "cpu"
+    kv_cache_mb: int = Field(default=1024, gt=0)
+    num_blocks: int | None = Field(default=None, gt=0)
+    block_size: int = Field(default=16, gt=0)
+    max_batch: int = Field(default=256, gt=0)
+    threads: int | None = Field(default=None, gt=0)
+
+
+CAPABILITIES = Capabilities(
+    native_n=True,
+    per_choice_abort=True,
+    logprobs=True,
+    top_logprobs=20,
+    prompt_cache_reporting=True,
+    raw_prompt=True,
+    chat=True,
+    continue_final=True,
+    tokenizer=True,
+)
+
+
+class EngineBackend:
+    """Generates with the in-process engine: native n with a shared prompt prefill, real aborts."""
+
+    name = "engine"
+
+    def __init__(self, engine: LLMEngine):
+        from paragen.engine.async_engine import AsyncEngine
+
+        self.engine = engine
+        self.runtime: AsyncEngine = AsyncEngine(engine)
+
+    @classmethod
+    def from_spec(cls, target: str | None, **options: Any) -> EngineBackend:
+        """Load ``target`` (a checkpoint directory, hub id or .gguf file; None = SmolLM2-135M-Instruct)."""
+        from paragen.engine.llm_engine import LLMEngine
+
+        config = EngineConfig(**options)
+        return cls(LLMEngine(target, **config.model_dump()))
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
+
+    def prompt_ids(self, request: GenerateRequest) -> list[int]:
+        """The request rendered and tokenized (chat template from the model's own tokenizer)."""
+        tok = self.engine.tokenizer
+        if request.prompt is not None:
+            return list(tok(request.prompt)["input_ids"])
+        assert request.messages is not None
+        messages = [m.model_dump() for m in request.messages]
+        text = tok.apply_chat_template(
+            messages,
+            tokenize=False,
+            add_generation_prompt=not request.continue_final,
+            continue_final_message=request.continue_final,
+        )
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    @asynccontextmanager
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[EngineStream]:
+        prompt_ids = self.prompt_ids(request)
+        seqs = self.engine.new_request(prompt_ids, request.params, request.n)
+        handle = self.runtime.submit(prompt_ids, seqs)
+        stream = EngineStream(self.runtime, handle, request)
+        try:
+            yield stream
+        finally:
+            await stream.close()
+
+    async def count_tokens(self, text: str) -> tuple[int, str]:
+        return len(self.engine.tokenizer(text, add_special_tokens=False)["input_ids"]), "tokenizer"
+
+    async def aclose(self) -> None:
+        await self.runtime.aclose()
+
+
+class EngineStream:
+    """Deltas of one request, one per generated token per choice; ``usage`` counts as they come."""
+
+    def __init__(self, runtime: AsyncEngine, handle: Request, request: GenerateRequest):
+        self.runtime = runtime
+        self.handle = handle
+        self.index_of = {seq_id: i for i, seq_id in enumerate(handle.seq_ids)}
+        self.is_open = [True] * len(handle.seq_ids)
+        self.wants_logprobs = request.params.logprobs
+        self.num_top = request.params.top_logprobs
+        n, p = request.n, handle.num_prompt_tokens
+        # n samples count n prompts; all but the first are served from the one shared prefill.
+        self.usage = Usage(prompt_tokens=n * p, cached_prompt_tokens=(n - 1) * p, source="token_ids")
+        self._pending: list[Delta] = []
+
+    def __aiter__(self) -> EngineStream:
+        return self
+
+    async def __anext__(self) -> Delta:
+        while not self._pending:
+            if not any(self.is_open):
+                raise StopAsyncIteration
+            try:
+                item = await self.handle.receive.receive()
+            except anyio.EndOfStream:
+                raise StopAsyncIteration from None
+            if isinstance(item, BaseException):
+                raise item if isinstance(item, EngineError) else EngineError(repr(item))
+            self._pending = [d for out in item if (d := self._delta(out)) is not None]
+        return self._pending.pop(0)
+
+    def _delta(self, out: StepOutput) -> Delta | None:
+        index = self.index_of[out.seq_id]
+        if not self.is_open[index]:
+            return None  # aborted by the caller; outputs already in flight are dropped
+        self.usage.completion_tokens += 1
+        if out.finish_reason is not None:
+            self.is_open[index] = False
+        return Delta(
+            index=index,
+            text=out.text,
+            num_tokens=1,
+            token_ids=(out.token_id,),
+            logprobs=(out.logprob,) if self.wants_logprobs and out.logprob is not None else None,
+            top_logprobs=(tuple(out.top_logprobs),)
+            if self.num_top and out.top_logprobs is not None
+            else None,
+            finish_reason=out.finish_reason,  # type: ignore[arg-type]
+        )
+
+    async def abort(self, index: int) -> None:
+        """Stop choice ``index`` and free its cache; the other choices go on."""
+        if not 0 <= index < len(self.is_open):
+            raise IndexError(f"no choice {index}")
+        if self.is_open[index]:
+            self.is_open[index] = False
+            self._pending = [d for d in self._pending if d.index != index]
+            await self.runtime.abort_and_wait([self.handle.seq_ids[index]])
+
+    async def close(self) -> None:
+        """Abort every unfinished choice and wait until their cache is free."""
+        open_ids = [seq_id for seq_id, i in self.index_of.items() if self.is_open[i]]
+        self.is_open = [False] * len(self.is_open)
+        self.handle.receive.close()
+        if open_ids:
+            await self.runtime.abort_and_wait(open_ids)

@@ -1,0 +1,178 @@
+"""The async front: one worker thread runs the step loop; requests stream through anyio.
+
+Only the step thread touches the engine's state. The event loop hands it new requests
+and aborts through a locked inbox, and gets each step's outputs back through one
+``anyio.from_thread.run_sync`` call per event loop, which puts them into per-request
+memory object streams. An abort is applied at the next step boundary; the caller can
+wait for it (the cache is free once the returned event is set).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from paragen.engine.llm_engine import LLMEngine, StepOutput
+from paragen.engine.sequence import Sequence
+from paragen.errors import EngineError
+
+Item = list[StepOutput] | BaseException
+
+
+@dataclass(slots=True)
+class Sink:
+    """Where one request's outputs go: a memory stream owned by one event loop."""
+
+    send: MemoryObjectSendStream[Item]
+    token: anyio.lowlevel.EventLoopToken
+
+
+@dataclass(slots=True)
+class Request:
+    """The caller's side of a submitted request."""
+
+    seq_ids: list[int]
+    receive: MemoryObjectReceiveStream[Item]
+    num_prompt_tokens: int
+
+
+@dataclass(slots=True)
+class _Inbox:
+    adds: list[tuple[list[Sequence], Sink]] = field(default_factory=list)
+    aborts: list[tuple[list[int], threading.Event]] = field(default_factory=list)
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self._cond = threading.Condition()
+        self._inbox = _Inbox()
+        self._sinks: dict[int, Sink] = {}
+        self._thread: threading.Thread | None = None
+        self._is_closed = False
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.engine.num_free_blocks
+
+    def submit(self, prompt_ids: list[int], seqs: list[Sequence]) -> Request:
+        """Queue sequences made by ``engine.new_request``; call from inside an event loop."""
+        if self._is_closed:
+            raise EngineError("the engine is closed")
+        send, receive = anyio.create_memory_object_stream[Item](math.inf)
+        sink = Sink(send, anyio.lowlevel.current_token())
+        with self._cond:
+            self._inbox.adds.append((seqs, sink))
+            self._cond.notify()
+        self._ensure_thread()
+        return Request([seq.seq_id for seq in seqs], receive, len(prompt_ids))
+
+    def abort(self, seq_ids: list[int]) -> threading.Event:
+        """Abort sequences at the next step boundary; the event is set once their cache is free."""
+        done = threading.Event()
+        with self._cond:
+            self._inbox.aborts.append((list(seq_ids), done))
+            self._cond.notify()
+        if self._thread is None:
+            done.set()
+        return done
+
+    async def abort_and_wait(self, seq_ids: list[int], timeout: float = 10.0) -> None:
+        done = self.abort(seq_ids)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout):
+            await anyio.to_thread.run_sync(done.wait)
+
+    def _ensure_thread(self) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="paragen-engine", daemon=True)
+                self._thread.start()
+
+    async def aclose(self) -> None:
+        with self._cond:
+            self._is_closed = True
+            self._cond.notify()
+        if self._thread is not None:
+            await anyio.to_thread.run_sync(self._thread.join)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._is_closed and self.engine.is_idle and not self._has_mail():
+                    self._cond.wait()
+                if self._is_closed:
+                    break
+                inbox, self._inbox = self._inbox, _Inbox()
+            self._apply(inbox)
+            if not self.engine.is_idle:
+                self._step()
+        self._fail_all(EngineError("the engine was closed"))
+
+    def _has_mail(self) -> bool:
+        return bool(self._inbox.adds or self._inbox.aborts)
+
+    def _apply(self, inbox: _Inbox) -> None:
+        for seqs, sink in inbox.adds:
+            self.engine.enqueue(seqs)
+            self._sinks.update((seq.seq_id, sink) for seq in seqs)
+        for seq_ids, done in inbox.aborts:
+            for seq_id in seq_ids:
+                self.engine.abort(seq_id)
+                self._sinks.pop(seq_id, None)
+            done.set()
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception as exc:  # a failed step fails its requests, not the engine thread
+            self._fail_all(EngineError(f"engine step failed: {exc!r}"))
+            return
+        by_sink: dict[int, tuple[Sink, list[StepOutput]]] = {}
+        for out in outputs:
+            sink = self._sinks.get(out.seq_id)
+            if sink is None:
+                continue
+            by_sink.setdefault(id(sink), (sink, []))[1].append(out)
+            if out.finish_reason is not None:
+                del self._sinks[out.seq_id]
+        self._deliver([(sink, batch) for sink, batch in by_sink.values()])
+
+    def _fail_all(self, exc: BaseException) -> None:
+        sinks = {id(s): s for s in self._sinks.values()}
+        for seq_id in list(self._sinks):
+            self.engine.abort(seq_id)
+        self._sinks.clear()
+        self._deliver([(sink, exc) for sink in sinks.values()])
+
+    def _deliver(self, items: list[tuple[Sink, Item]]) -> None:
+        # One hop into each event loop per step, however many requests live there.
+        per_loop: dict[anyio.lowlevel.EventLoopToken, list[tuple[Sink, Item]]] = defaultdict(list)
+        for sink, item in items:
+            per_loop[sink.token].append((sink, item))
+        for token, batch in per_loop.items():
+            try:
+                anyio.from_thread.run_sync(_put_all, batch, token=token)
+            except Exception:  # noqa: S110 - that event loop is gone; its requests have no reader
+                for sink, _ in batch:
+                    self._drop(sink)
+
+    def _drop(self, sink: Sink) -> None:
+        for seq_id in [i for i, s in self._sinks.items() if s is sink]:
+            self.engine.abort(seq_id)
+            del self._sinks[seq_id]
+
+
+def _put_all(batch: list[tuple[Sink, Item]]) -> None:
+    for sink, item in batch:
+        try:
+            sink.send.send_nowait(item)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the reader left; its abort is on the way

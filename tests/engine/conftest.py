@@ -1,0 +1,65 @@
+"""Fixtures for the engine tests: tiny random-init Llama and Qwen2 checkpoints, and SmolLM2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from paragen.engine import loader  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smol_dir() -> Path:
+    """SmolLM2-135M-Instruct as a safetensors checkpoint (converted from the GGUF once, then cached)."""
+    try:
+        loader.default_model_path()
+    except Exception as exc:
+        pytest.skip(f"default model not installed: {exc}")
+    return loader.resolve(None)
+
+
+def _tiny(tmp: Path, smol: Path, arch: str) -> Path:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(smol)
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    if arch == "llama":
+        rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64, "rope_theta": 500000.0}
+        config = transformers.LlamaConfig(**common, rope_scaling=rope, rope_theta=500000.0)
+        model = transformers.LlamaForCausalLM(config)
+    else:
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, rope_theta=10000.0))
+    with torch.no_grad():  # random biases, so the Qwen2 bias path is really checked
+        for name, param in model.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0.0, 0.5)
+            elif name.endswith("weight") and param.dim() == 2:
+                param.normal_(0.0, 0.2)
+    out = tmp / arch
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path:
+    return _tiny(tmp_path_factory.mktemp("tiny"), smol_dir, "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path:
+    return _tiny(tmp_path_factory.mktemp("tiny"), smol_dir, "qwen2")
