@@ -92,13 +92,19 @@ async def main() -> None:
     print(f"n={N}, {REPEATS} runs each, token delay {TOKEN_DELAY * 1000:.1f} ms")
     print(f"first-finish wall/ideal: median {ffs:.4f} (max {max(ffs_ratios):.4f})   target <= 1.02")
     print(f"majority     wall/ideal: median {majority:.4f} (max {max(majority_ratios):.4f})   target <= 1.02")
-    print(f"cancel-to-release over {len(releases)} streams: p50 {statistics.median(releases) * 1000:.2f} ms, "
-          f"p99 {cancel_p99_ms:.2f} ms   target <= 5 ms")
-    print(json.dumps({
-        "ffs_wall_over_ideal": round(ffs, 4),
-        "majority_wall_over_ideal": round(majority, 4),
-        "cancel_p99_ms": round(cancel_p99_ms, 3),
-    }))
+    print(
+        f"cancel-to-release over {len(releases)} streams: p50 {statistics.median(releases) * 1000:.2f} ms, "
+        f"p99 {cancel_p99_ms:.2f} ms   target <= 5 ms"
+    )
+    print(
+        json.dumps(
+            {
+                "ffs_wall_over_ideal": round(ffs, 4),
+                "majority_wall_over_ideal": round(majority, 4),
+                "cancel_p99_ms": round(cancel_p99_ms, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

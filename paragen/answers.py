@@ -84,7 +84,12 @@ def answer_key(answer: str) -> str:
     """A canonical form for grouping equal answers when voting ("1,000" and "1000.0" agree)."""
     key = answer.strip().strip("$").strip()
     key = _TEXT_WRAP.sub(r"\1", key)
-    key = key.replace("\\left", "").replace("\\right", "").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    key = (
+        key.replace("\\left", "")
+        .replace("\\right", "")
+        .replace("\\dfrac", "\\frac")
+        .replace("\\tfrac", "\\frac")
+    )
     key = _SPACES.sub("", key).rstrip(".")
     if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", key):
         key = key.replace(",", "")

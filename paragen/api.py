@@ -41,7 +41,9 @@ def run_sync(
     """:func:`asolve` from synchronous code (a script, a notebook cell without a running loop)."""
 
     async def go() -> StrategyResult:
-        return await asolve(question, strategy=strategy, backend=backend, sampling=sampling, budget=budget, **options)
+        return await asolve(
+            question, strategy=strategy, backend=backend, sampling=sampling, budget=budget, **options
+        )
 
     return anyio.run(go)
 

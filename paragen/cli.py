@@ -46,7 +46,9 @@ def build_backend(spec: str, *, model: str | None, base_url: str | None, options
     kind, target = parse_backend_spec(spec)
     if base_url is not None:
         if kind != "openai":
-            raise ConfigError("--base-url is for the openai backend", hint=f"the {kind} backend takes a target")
+            raise ConfigError(
+                "--base-url is for the openai backend", hint=f"the {kind} backend takes a target"
+            )
         target = target or base_url
     cls = load(BACKEND_GROUP, kind)
     if model is not None:
@@ -89,7 +91,9 @@ def run(
         options["n"] = n
     sampling = _sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
     budget = _validated(Budget, max_total_tokens=max_total_tokens, deadline_s=deadline)
-    backend_obj = build_backend(backend, model=model, base_url=base_url, options=parse_options(backend_opt, "--backend-opt"))
+    backend_obj = build_backend(
+        backend, model=model, base_url=base_url, options=parse_options(backend_opt, "--backend-opt")
+    )
     execute_run(question, strategy, options, backend_obj, sampling, budget, as_json=as_json, out=out)
 
 

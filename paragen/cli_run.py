@@ -88,13 +88,23 @@ def write_atomic(path: Path, text: str) -> None:
 def show(result: StrategyResult, console: Console | None = None) -> None:
     console = console or Console(file=sys.stdout)
     answer = "NO_ANSWER" if result.answer is None else result.answer
-    console.print(f"[bold]answer[/bold]: {answer}   ([dim]{result.strategy}, stop: {result.stop_reason}[/dim])")
+    console.print(
+        f"[bold]answer[/bold]: {answer}   ([dim]{result.strategy}, stop: {result.stop_reason}[/dim])"
+    )
     table = Table("id", "label", "status", "tokens", "start s", "end s", "answer", "why")
     for t in result.traces:
         end = "-" if t.end is None else f"{t.end:.3f}"
         why = t.cancel_reason or t.error or t.finish_reason or ""
-        table.add_row(str(t.id), t.label, t.status, str(t.completion_tokens), f"{t.start:.3f}", end,
-                      t.answer or "", why[:60])
+        table.add_row(
+            str(t.id),
+            t.label,
+            t.status,
+            str(t.completion_tokens),
+            f"{t.start:.3f}",
+            end,
+            t.answer or "",
+            why[:60],
+        )
     console.print(table)
     u = result.usage
     ttft = "-" if u.ttft_s is None else f"{u.ttft_s:.3f}s"

@@ -24,7 +24,7 @@ class Budget(Model):
 
 
 def parse_backend_spec(spec: str) -> tuple[str, str | None]:
-    """Split a ``kind:target`` backend spec (``openai:http://host:8000/v1``, ``engine``, ``engine:/m.gguf``)."""
+    """Split a ``kind[:target]`` spec: ``openai:http://host:8000/v1``, ``engine``, ``engine:m.gguf``."""
     spec = spec.strip()
     if not spec:
         raise ConfigError("empty backend spec", hint="use e.g. 'engine' or 'openai:http://localhost:8000/v1'")

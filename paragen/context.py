@@ -159,7 +159,9 @@ class RunContext:
 
     # -- sampling --------------------------------------------------------------------------------
 
-    async def sample(self, request: GenerateRequest, *, label: str = "sample", parents: Sequence[int] = ()) -> Trace:
+    async def sample(
+        self, request: GenerateRequest, *, label: str = "sample", parents: Sequence[int] = ()
+    ) -> Trace:
         """One completion as a finished trace (status "error" if the backend failed)."""
         async with self.fanout(request, n=1, label=label, parents=parents) as fan:
             async for trace in fan:
@@ -254,7 +256,9 @@ class RunContext:
         self.ledger.traces.append(trace)
         self._own.append(trace)
         if self.ledger.sink is not None:
-            self._send(SampleStarted(problem_id=self.problem.id, trace_id=trace.id, label=trace.label, t=trace.start))
+            self._send(
+                SampleStarted(problem_id=self.problem.id, trace_id=trace.id, label=trace.label, t=trace.start)
+            )
         return trace
 
     def check_budget(self, request: GenerateRequest) -> GenerateRequest:
@@ -263,7 +267,9 @@ class RunContext:
             raise BudgetExceededError("the run's token budget is used up", kind="total_tokens")
         cap = self.ledger.budget.max_sequential_tokens
         if cap is not None and request.params.max_tokens > cap:
-            return request.model_copy(update={"params": request.params.model_copy(update={"max_tokens": cap})})
+            return request.model_copy(
+                update={"params": request.params.model_copy(update={"max_tokens": cap})}
+            )
         return request
 
     def charge(self, tokens: int) -> bool:
@@ -309,4 +315,3 @@ def _expand(request: GenerateRequest | Sequence[GenerateRequest], n: int | None)
     if n is not None:
         raise ValueError("give n only with a single request")
     return [r if r.n == 1 else r.model_copy(update={"n": 1}) for r in request]
-

@@ -8,6 +8,7 @@ one ``n > 1`` request share a stream when the backend can abort choices one by o
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from types import TracebackType
@@ -186,7 +187,11 @@ class Fanout:
                 await stop_sample(live, reason, "pruned")
                 return
         checkpoint = self._checkpoint
-        if checkpoint is not None and live.num_tokens >= checkpoint and live.trace.id not in self._checkpointed:
+        if (
+            checkpoint is not None
+            and live.num_tokens >= checkpoint
+            and live.trace.id not in self._checkpointed
+        ):
             self._checkpointed.add(live.trace.id)
             self._send.send_nowait(live.snapshot())
 
@@ -196,10 +201,9 @@ class Fanout:
         trace = live.finish(self._ctx.now(), error=error)
         self._ctx.ended(trace)
         self._num_ended += 1
-        try:
+        # If the consumer has left, the trace is in the ledger all the same.
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._send.send_nowait(trace)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the consumer has left; the trace is in the ledger all the same
         if self._num_ended == len(self._lives):
             self._send.close()
 

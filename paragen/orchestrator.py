@@ -48,7 +48,9 @@ class Orchestrator:
     async def run(self, strategy: Strategy, problem: Problem) -> StrategyResult:
         """Run ``strategy`` on ``problem``; always returns a result unless cancelled from outside."""
         ledger = Ledger(self.budget, self.on_event)
-        ctx = RunContext(self.backend, problem, defaults=self.defaults, ledger=ledger, strategy_name=strategy.name)
+        ctx = RunContext(
+            self.backend, problem, defaults=self.defaults, ledger=ledger, strategy_name=strategy.name
+        )
         deadline = self.budget.deadline_s
         result: StrategyResult | None = None
         stop_reason, error = "done", None
@@ -94,9 +96,7 @@ class Orchestrator:
             update={"traces": list(traces), "usage": usage, "stop_reason": stop_reason, "error": error}
         )
 
-    async def run_many(
-        self, strategy: Strategy, problems: Sequence[Problem]
-    ) -> list[StrategyResult]:
+    async def run_many(self, strategy: Strategy, problems: Sequence[Problem]) -> list[StrategyResult]:
         """Run ``strategy`` on every problem, at most ``limit`` at once; results in input order."""
         results: list[StrategyResult | None] = [None] * len(problems)
         async with self.stream_many(strategy, problems) as finished:

@@ -1,4 +1,4 @@
-"""Default prompts (paragen's own wording). Strategies with prompts of their own keep them beside their code."""
+"""Default prompts (paragen's own wording); strategies with prompts of their own keep them nearby."""
 
 from __future__ import annotations
 

@@ -57,8 +57,9 @@ class BaseStrategy(Generic[ConfigT]):
         try:
             return cls.Config.model_validate(values)
         except ValidationError as exc:
-            raise ConfigError(f"strategy {cls.name!r}: {_first_error(exc)}", hint=_fields_hint(cls.Config)) from exc
-
+            raise ConfigError(
+                f"strategy {cls.name!r}: {_first_error(exc)}", hint=_fields_hint(cls.Config)
+            ) from exc
 
 
 def _first_error(exc: ValidationError) -> str:

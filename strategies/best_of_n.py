@@ -42,7 +42,9 @@ def load_scorer(spec: str) -> Scorer:
         return BUILTIN_SCORERS[spec]
     module_name, _, attr = spec.partition(":")
     if not attr:
-        raise ConfigError(f"unknown scorer {spec!r}", hint=f"use {sorted(BUILTIN_SCORERS)} or 'module:function'")
+        raise ConfigError(
+            f"unknown scorer {spec!r}", hint=f"use {sorted(BUILTIN_SCORERS)} or 'module:function'"
+        )
     try:
         scorer = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from paragen.answers import extract_answer, majority_vote, vote_counts
@@ -23,7 +25,9 @@ class Majority(BaseStrategy[MajorityConfig]):
     Config = MajorityConfig
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
-        overrides = {} if self.config.temperature is None else {"temperature": self.config.temperature}
+        overrides: dict[str, Any] = (
+            {} if self.config.temperature is None else {"temperature": self.config.temperature}
+        )
         request = ctx.request(messages=solve_messages(problem.question), **overrides)
         finished: list[Trace] = []
         async with ctx.fanout(request, n=self.config.n) as fan:
@@ -40,4 +44,6 @@ def finish_vote(ctx: RunContext, traces: list[Trace], weights: list[float] | Non
     text = next((t.text for t in traces if t.answer == winner), None) if winner is not None else None
     counts = vote_counts(answers)
     top = next(iter(counts.values()), 0)
-    return ctx.finish(winner, text=text, metrics={"votes_for_winner": float(top), "distinct_answers": len(counts)})
+    return ctx.finish(
+        winner, text=text, metrics={"votes_for_winner": float(top), "distinct_answers": len(counts)}
+    )

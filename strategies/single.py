@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from paragen.answers import extract_answer
@@ -23,7 +25,9 @@ class Single(BaseStrategy[SingleConfig]):
     Config = SingleConfig
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
-        overrides = {} if self.config.temperature is None else {"temperature": self.config.temperature}
+        overrides: dict[str, Any] = (
+            {} if self.config.temperature is None else {"temperature": self.config.temperature}
+        )
         trace = await ctx.sample(ctx.request(messages=solve_messages(problem.question), **overrides))
         trace.answer = extract_answer(trace.text) if trace.is_ok else None
         return ctx.finish(trace.answer, text=trace.text)

@@ -39,8 +39,15 @@ def test_extract_modes_do_not_fall_back() -> None:
 
 @pytest.mark.parametrize(
     ("a", "b"),
-    [("1,000", "1000"), ("12.0", "12"), ("$12$", "12"), ("\\text{12}", "12"), ("\\dfrac{1}{2}", "\\frac{1}{2}"),
-     ("0.50", "0.5"), ("x = 3.", "x=3")],
+    [
+        ("1,000", "1000"),
+        ("12.0", "12"),
+        ("$12$", "12"),
+        ("\\text{12}", "12"),
+        ("\\dfrac{1}{2}", "\\frac{1}{2}"),
+        ("0.50", "0.5"),
+        ("x = 3.", "x=3"),
+    ],
 )
 def test_answer_key_groups_equal_forms(a: str, b: str) -> None:
     assert answer_key(a) == answer_key(b)

@@ -1,4 +1,4 @@
-"""RunContext and Orchestrator on the scripted backend: cancellation, deadlines, budgets, errors, accounting."""
+"""RunContext and Orchestrator on the scripted backend: cancellation, deadlines, budgets, errors, tokens."""
 
 from __future__ import annotations
 
@@ -125,7 +125,9 @@ async def test_sequential_budget_clips_max_tokens() -> None:
 
 async def test_shared_request_choices_abort_one_by_one() -> None:
     caps = Capabilities(native_n=True, per_choice_abort=True)
-    backend = ScriptedBackend([Script(text=words(k), token_delay=0.005) for k in (4, 30, 30, 30)], capabilities=caps)
+    backend = ScriptedBackend(
+        [Script(text=words(k), token_delay=0.005) for k in (4, 30, 30, 30)], capabilities=caps
+    )
     result = await Orchestrator(backend).run(FirstFinish(), PROBLEM)
     assert len(backend.streams) == 1  # one request served all four choices
     assert sorted(backend.streams[0].aborted) == [1, 2, 3]
@@ -147,7 +149,9 @@ async def test_monitor_prunes_a_sample() -> None:
                 got = [t async for t in fan]
             return ctx.finish(str(len(got)))
 
-    backend = ScriptedBackend([Script(text=words(5), token_delay=0.001), Script(text=words(50), token_delay=0.001)])
+    backend = ScriptedBackend(
+        [Script(text=words(5), token_delay=0.001), Script(text=words(50), token_delay=0.001)]
+    )
     result = await Orchestrator(backend).run(Pruner(), PROBLEM)
     assert [t.status for t in result.traces] == ["ok", "pruned"]
     assert result.traces[1].cancel_reason == "too-long"

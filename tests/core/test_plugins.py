@@ -44,7 +44,8 @@ def _pip(*args: str) -> None:
 def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     root: Path = tmp_path_factory.mktemp("plugin")
     (root / "pg_throwaway_plugin.py").write_text(PLUGIN_SOURCE)
-    (root / "pyproject.toml").write_text(textwrap.dedent(f"""
+    (root / "pyproject.toml").write_text(
+        textwrap.dedent(f"""
         [build-system]
         requires = ["setuptools"]
         build-backend = "setuptools.build_meta"
@@ -53,7 +54,8 @@ def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
         version = "0.0.1"
         [project.entry-points."paragen.strategies"]
         shortest_plugin = "pg_throwaway_plugin:Shortest"
-    """))
+    """)
+    )
     _pip("install", "--no-deps", "--no-build-isolation", str(root))
     try:
         yield

@@ -97,3 +97,21 @@ def test_bm25_prefers_rarer_terms_and_title_matches() -> None:
     assert docs.search("cat")[0].title == "Cat facts"
     with pytest.raises(ConfigError):
         load_store("/nonexistent/folder")
+
+
+@pytest.mark.anyio
+async def test_strategies_build_their_tools_from_config_names_and_options(store: Path) -> None:
+    from paragen.registry import STRATEGY_GROUP
+    from paragen.strategy import build_strategy
+    from strategies.llmcompiler import LLMCompiler, ReAct
+
+    register(STRATEGY_GROUP, "llmcompiler", LLMCompiler)
+    register(STRATEGY_GROUP, "react", ReAct)
+    options = {"tools": ["lookup", "calculator"], "tool_options": {"lookup": {"root": str(store)}}}
+    for name in ("llmcompiler", "react"):
+        strategy = build_strategy(name, options)
+        tools = strategy.resolve_tools()  # type: ignore[attr-defined]
+        assert set(tools) == {"lookup", "calculator"}
+        assert "8849" in await tools["lookup"](("Everest",))
+    with pytest.raises(ConfigError, match="max_replans"):
+        build_strategy("llmcompiler", {"max_replans": 0})
