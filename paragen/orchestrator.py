@@ -90,10 +90,15 @@ class Orchestrator:
                 traces=list(traces),
                 usage=usage,
             )
-        if ctx.ledger.budget_hit and result.stop_reason == "done":
-            stop_reason = "budget"
+        if stop_reason == "done":  # the strategy's own verdict stands unless the run was cut short
+            stop_reason = "budget" if ctx.ledger.budget_hit and result.stop_reason == "done" else result.stop_reason
         return result.model_copy(
-            update={"traces": list(traces), "usage": usage, "stop_reason": stop_reason, "error": error}
+            update={
+                "traces": list(traces),
+                "usage": usage,
+                "stop_reason": stop_reason,
+                "error": error or result.error,
+            }
         )
 
     async def run_many(self, strategy: Strategy, problems: Sequence[Problem]) -> list[StrategyResult]:

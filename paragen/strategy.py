@@ -33,8 +33,11 @@ ConfigT = TypeVar("ConfigT", bound=StrategyConfig)
 class Strategy(Protocol):
     """What the orchestrator runs."""
 
-    name: str
-    config: StrategyConfig
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config(self) -> StrategyConfig: ...
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult: ...
 

@@ -168,6 +168,6 @@ class EngineStream:
         """Abort every unfinished choice and wait until their cache is free."""
         open_ids = [seq_id for seq_id, i in self.index_of.items() if self.is_open[i]]
         self.is_open = [False] * len(self.is_open)
-        self.handle.receive.close()
+        self.handle.close()
         if open_ids:
             await self.runtime.abort_and_wait(open_ids)

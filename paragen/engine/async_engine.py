@@ -9,6 +9,7 @@ wait for it (the cache is free once the returned event is set).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections import defaultdict
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import torch
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from paragen.engine.llm_engine import LLMEngine, StepOutput
@@ -24,6 +26,7 @@ from paragen.engine.sequence import Sequence
 from paragen.errors import EngineError
 
 Item = list[StepOutput] | BaseException
+ABORT_WAIT_S = 10.0  # an abort lands at the next step boundary; a step never takes this long
 
 
 @dataclass(slots=True)
@@ -41,6 +44,12 @@ class Request:
     seq_ids: list[int]
     receive: MemoryObjectReceiveStream[Item]
     num_prompt_tokens: int
+    sink: Sink
+
+    def close(self) -> None:
+        """Close both ends (event loop thread only; deliveries run there too, so this cannot race)."""
+        self.sink.send.close()
+        self.receive.close()
 
 
 @dataclass(slots=True)
@@ -72,7 +81,7 @@ class AsyncEngine:
             self._inbox.adds.append((seqs, sink))
             self._cond.notify()
         self._ensure_thread()
-        return Request([seq.seq_id for seq in seqs], receive, len(prompt_ids))
+        return Request([seq.seq_id for seq in seqs], receive, len(prompt_ids), sink)
 
     def abort(self, seq_ids: list[int]) -> threading.Event:
         """Abort sequences at the next step boundary; the event is set once their cache is free."""
@@ -84,9 +93,9 @@ class AsyncEngine:
             done.set()
         return done
 
-    async def abort_and_wait(self, seq_ids: list[int], timeout: float = 10.0) -> None:
+    async def abort_and_wait(self, seq_ids: list[int]) -> None:
         done = self.abort(seq_ids)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_WAIT_S):
             await anyio.to_thread.run_sync(done.wait)
 
     def _ensure_thread(self) -> None:
@@ -104,6 +113,9 @@ class AsyncEngine:
             self._thread = None
 
     def _loop(self) -> None:
+        # Intra-op thread settings are per thread: without this the step thread may run on one core
+        # (and reduce in a different order than the engine's own thread would).
+        torch.set_num_threads(self.engine.num_threads)
         while True:
             with self._cond:
                 while not self._is_closed and self.engine.is_idle and not self._has_mail():
@@ -160,7 +172,7 @@ class AsyncEngine:
         for token, batch in per_loop.items():
             try:
                 anyio.from_thread.run_sync(_put_all, batch, token=token)
-            except Exception:  # noqa: S110 - that event loop is gone; its requests have no reader
+            except Exception:
                 for sink, _ in batch:
                     self._drop(sink)
 
@@ -172,7 +184,5 @@ class AsyncEngine:
 
 def _put_all(batch: list[tuple[Sink, Item]]) -> None:
     for sink, item in batch:
-        try:
-            sink.send.send_nowait(item)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the reader left; its abort is on the way
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            sink.send.send_nowait(item)  # a closed stream: the reader left and its abort is on the way

@@ -17,7 +17,7 @@ from paragen.engine.detokenizer import Detokenizer
 from paragen.engine.model import Model
 from paragen.engine.model_runner import ModelRunner
 from paragen.engine.scheduler import Scheduler
-from paragen.engine.sequence import SeqParams, Sequence, SeqStatus
+from paragen.engine.sequence import SeqParams, SeqStatus, Sequence
 from paragen.errors import ConfigError, EngineError
 from paragen.types import SamplingParams
 
@@ -37,13 +37,18 @@ class StepOutput:
 def pick_dtype(name: str, device: str) -> torch.dtype:
     """bf16 where the hardware has it (CUDA, or a CPU with AVX-512 BF16 / AMX), else fp32."""
     if name != "auto":
-        table = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
+        table = {
+            "bfloat16": torch.bfloat16,
+            "bf16": torch.bfloat16,
+            "float32": torch.float32,
+            "fp32": torch.float32,
+        }
         if name not in table:
             raise ConfigError(f"unknown dtype {name!r}", hint=f"use auto or one of {sorted(table)}")
         return table[name]
     if device.startswith("cuda"):
         return torch.bfloat16
-    return torch.bfloat16 if torch.backends.mkldnn.is_available() and _cpu_has_bf16() else torch.float32
+    return torch.bfloat16 if _cpu_has_bf16() else torch.float32
 
 
 def _cpu_has_bf16() -> bool:
@@ -74,15 +79,18 @@ class LLMEngine:
         max_batch: int = 256,
         threads: int | None = None,
     ):
+        self.num_threads = threads or os.cpu_count() or 1
         if device == "cpu":
-            torch.set_num_threads(threads or os.cpu_count() or 1)
+            torch.set_num_threads(self.num_threads)
         model_dir = loader.resolve(target)
         self.cfg = loader.load_config(model_dir)
         self.tokenizer: Any = loader.load_tokenizer(model_dir)
         self.dtype = pick_dtype(dtype, device)
         self.model = Model(self.cfg, loader.load_tensors(model_dir), self.dtype, device)
         if num_blocks is None:
-            num_blocks = max(1, kv_cache_mb * 2**20 // KVCache.bytes_per_block(self.cfg, block_size, self.dtype))
+            num_blocks = max(
+                1, kv_cache_mb * 2**20 // KVCache.bytes_per_block(self.cfg, block_size, self.dtype)
+            )
         self.blocks = BlockManager(num_blocks, block_size)
         self.cache = KVCache(self.cfg, num_blocks, block_size, self.dtype, device)
         max_seq_len = min(self.cfg.max_position_embeddings, num_blocks * block_size)
@@ -152,8 +160,9 @@ class LLMEngine:
         needed = self.blocks.num_blocks_for(num_prompt_tokens) + n
         if needed > self.blocks.num_blocks or n > self.scheduler.max_batch:
             raise EngineError(
-                f"{n} samples of a {num_prompt_tokens}-token prompt need {needed} KV blocks and {n} batch slots; "
-                f"the engine has {self.blocks.num_blocks} blocks and {self.scheduler.max_batch} slots",
+                f"{n} samples of a {num_prompt_tokens}-token prompt need {needed} KV blocks and "
+                f"{n} batch slots; the engine has {self.blocks.num_blocks} blocks "
+                f"and {self.scheduler.max_batch} slots",
                 hint="lower n or raise kv_cache_mb / max_batch",
             )
 
@@ -212,13 +221,17 @@ class LLMEngine:
             for i, (seq, token) in enumerate(zip(seqs, sampled.token_ids, strict=True))
         ]
 
-    def _postprocess(self, seq: Sequence, token: int, logprob: float | None, top: list[float] | None) -> StepOutput:
+    def _postprocess(
+        self, seq: Sequence, token: int, logprob: float | None, top: list[float] | None
+    ) -> StepOutput:
         seq.token_ids.append(token)
         text, is_stop = seq.detok.add(token)
         reason = None
         if is_stop or (token in self.eos_ids and not seq.params.ignore_eos):
             reason = "stop"
-        elif seq.num_completion_tokens >= seq.params.max_tokens or seq.num_tokens >= self.scheduler.max_seq_len:
+        elif (
+            seq.num_completion_tokens >= seq.params.max_tokens or seq.num_tokens >= self.scheduler.max_seq_len
+        ):
             reason = "length"
         if reason is not None:
             text += "" if is_stop else seq.detok.flush()

@@ -48,7 +48,9 @@ class ModelConfig:
     def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
         archs = hf.get("architectures") or ["LlamaForCausalLM"]
         if archs[0] not in SUPPORTED_ARCHS:
-            raise ConfigError(f"unsupported architecture {archs[0]!r}", hint=f"use one of {sorted(SUPPORTED_ARCHS)}")
+            raise ConfigError(
+                f"unsupported architecture {archs[0]!r}", hint=f"use one of {sorted(SUPPORTED_ARCHS)}"
+            )
         arch = SUPPORTED_ARCHS[archs[0]]
         heads = int(hf["num_attention_heads"])
         eos = hf.get("eos_token_id")
@@ -102,7 +104,9 @@ def resolve(target: str | None) -> Path:
         return convert_gguf(path)
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ConfigError(f"{path} has no config.json", hint="give an HF checkpoint directory or a .gguf file")
+            raise ConfigError(
+                f"{path} has no config.json", hint="give an HF checkpoint directory or a .gguf file"
+            )
         return path
     assert target is not None
     return _download(target)
@@ -115,7 +119,9 @@ def _download(repo_id: str) -> Path:
         patterns = ["*.json", "*.safetensors", "tokenizer*", "*.txt", "*.model"]
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as exc:  # any hub failure (offline, 404, auth) means the name is unusable here
-        raise ConfigError(f"cannot load model {repo_id!r}: not a local path and the hub fetch failed: {exc}") from exc
+        raise ConfigError(
+            f"cannot load model {repo_id!r}: not a local path and the hub fetch failed: {exc}"
+        ) from exc
 
 
 def convert_gguf(path: Path) -> Path:

@@ -101,7 +101,12 @@ class Model:
         )
 
     def forward(
-        self, ids: torch.Tensor, pos: torch.Tensor, meta: AttnMeta, k_cache: torch.Tensor, v_cache: torch.Tensor
+        self,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        meta: AttnMeta,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
     ) -> torch.Tensor:
         """Hidden states [T, hidden] after the final norm; writes this step's K/V into the cache."""
         x = F.embedding(ids, self.embed)
@@ -155,7 +160,9 @@ def _prefill_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
     return out.transpose(0, 1)
 
 
-def _decode_attn(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+def _decode_attn(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta
+) -> torch.Tensor:
     # Two batched matmuls and a softmax: SDPA for a single query token is slow on CPU in bf16.
     assert meta.gather is not None and meta.mask is not None
     b, nq, d = q.shape

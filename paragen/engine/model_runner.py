@@ -6,7 +6,7 @@ import torch
 
 from paragen.engine.cache import KVCache
 from paragen.engine.model import AttnMeta, Model
-from paragen.engine.sampler import Sampled, SampleBatch, sample
+from paragen.engine.sampler import SampleBatch, Sampled, sample
 from paragen.engine.sequence import Sequence
 
 
@@ -17,7 +17,9 @@ class ModelRunner:
         self.device = model.device
         self.block_size = cache.block_size
 
-    def _tensor(self, data: list[int] | list[list[int]], dtype: torch.dtype = torch.long) -> torch.Tensor:
+    def _tensor(
+        self, data: list[int] | list[float] | list[list[int]], dtype: torch.dtype = torch.long
+    ) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
 
     def prepare_prefill(self, seq: Sequence) -> tuple[torch.Tensor, torch.Tensor, AttnMeta]:
@@ -41,7 +43,9 @@ class ModelRunner:
         is_pad = torch.arange(max_len, device=self.device).unsqueeze(0) >= lengths.unsqueeze(1)
         mask = torch.zeros(is_pad.shape, dtype=self.model.dtype, device=self.device)
         mask.masked_fill_(is_pad, float("-inf"))
-        meta = AttnMeta(is_prefill=False, slots=self._tensor(slots), gather=gather, mask=mask.view(len(seqs), 1, 1, -1))
+        meta = AttnMeta(
+            is_prefill=False, slots=self._tensor(slots), gather=gather, mask=mask.view(len(seqs), 1, 1, -1)
+        )
         ids = self._tensor([seq.last_token for seq in seqs])
         return ids, lengths - 1, meta
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 
 from paragen.engine.cache import BlockManager, KVCache
-from paragen.engine.sequence import Sequence, SeqStatus
+from paragen.engine.sequence import SeqStatus, Sequence
 
 
 class Scheduler:

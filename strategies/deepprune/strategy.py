@@ -36,6 +36,7 @@ from strategies.deepprune.judges import Judge, load_judge
 from strategies.toolkit import annotate, overrides, solve_request, vote_finish
 
 Event = tuple[str, int, str]  # ("prefix" | "done", trace id, text)
+_CHECK_EVERY = 4  # tokens between looks for a word-based truncation point
 
 
 class DeepPruneConfig(StrategyConfig):
@@ -69,6 +70,7 @@ class _Run:
         self.decided = False
         self.pruned: list[int] = []
         self.judge_pairs = 0
+        self.checked: dict[int, int] = {}  # tokens each trace had when its prefix was last looked for
 
     @property
     def ready(self) -> bool:
@@ -111,6 +113,11 @@ class DeepPrune(BaseStrategy[DeepPruneConfig]):
             trace_id = live.trace.id
             if trace_id in state.prefixes or state.decided:
                 return
+            # Joining the text costs O(length): look every few tokens; the cut stays exact.
+            words = cfg.truncation != "tokens"
+            if words and live.num_tokens - state.checked.get(trace_id, 0) < _CHECK_EVERY:
+                return
+            state.checked[trace_id] = live.num_tokens
             if cfg.truncation == "tokens":
                 text: str | None = live.text() if live.num_tokens >= cfg.prefix_k else None
             else:

@@ -37,8 +37,14 @@ def _tiny(tmp: Path, smol: Path, arch: str) -> Path:
     )
     torch.manual_seed(0)
     if arch == "llama":
-        rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 64, "rope_theta": 500000.0}
+        rope = {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "rope_theta": 500000.0,
+        }
         config = transformers.LlamaConfig(**common, rope_scaling=rope, rope_theta=500000.0)
         model = transformers.LlamaForCausalLM(config)
     else:

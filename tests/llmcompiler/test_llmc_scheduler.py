@@ -152,3 +152,13 @@ async def test_a_failing_planner_is_reported() -> None:
     scripted = ScriptedBackend([Script(text="x", fail="http500")])
     result = await run(LLMCompiler(toolbox=TOOLBOX), scripted)
     assert "planner failed" in failure(result)
+
+
+@pytest.mark.anyio
+async def test_a_slow_tool_times_out_into_an_error_observation() -> None:
+    plan = '1. wait(5, "late")\n2. wait(0, "got: $1")\n3. join()'
+    start = anyio.current_time()
+    result = await run(LLMCompiler(toolbox=TOOLBOX, tool_timeout_s=0.2), backend([plan], [FINISH]))
+    assert anyio.current_time() - start < 1.5
+    spans = tools_of(result)
+    assert spans[1].status == "error" and spans[2].text == "got: Error: wait timed out after 0.2s"

@@ -101,7 +101,7 @@ class _Rewrite:
 
 class _ConfidenceBackend(ScriptedBackend):
     @asynccontextmanager
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[Any]:  # type: ignore[override]
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Any]:
         async with super().stream(request) as inner:
             yield _Rewrite(inner)
 

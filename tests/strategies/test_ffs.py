@@ -12,7 +12,7 @@ from strategies.ffs import FFS, OPENERS, LFSk, first_k, longest_k, offline_ffs_k
 
 
 def _t(i: int, tokens: int, answer: str | None, finish: str = "stop", status: str = "ok") -> Trace:
-    return Trace(id=i, completion_tokens=tokens, answer=answer, finish_reason=finish, status=status)  # type: ignore[arg-type]
+    return Trace(id=i, completion_tokens=tokens, answer=answer, finish_reason=finish, status=status)
 
 
 def test_first_k_skips_unusable_finishers() -> None:
@@ -55,6 +55,7 @@ async def test_async_ffs_first_finisher_wins_and_the_rest_are_cancelled() -> Non
     assert {t.status for t in losers} == {"cancelled"}
     assert {t.cancel_reason for t in losers} == {"first-finish"}
     assert sorted(t.completion_tokens for t in losers) == [0, 3]
+    assert all(abs((t.end or 0) - (winner.end or 0)) < 0.05 for t in losers)  # cancelled as the winner ended
     assert result.usage.total_tokens == 6 and result.usage.sequential_tokens == 3
     assert len(backend.streams) == 3 and all(s.closed is not None for s in backend.streams)
     assert max(s.closed or 0 for s in backend.streams) - min(s.opened for s in backend.streams) < 1.0

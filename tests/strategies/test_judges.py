@@ -81,3 +81,17 @@ async def test_llm_judge_reads_yes_probability_from_judge_traces() -> None:
     assert len(judges) == 2 and all(t.label == "judge" for t in judges)
     usage = ctx.finish(None).usage
     assert usage.total_tokens == 0 and usage.judge_tokens > 0  # judge tokens are counted apart
+
+
+def test_auroc_of_the_judge_benchmark_counts_ties_half() -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "judge_auroc.py"
+    spec = importlib.util.spec_from_file_location("judge_auroc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.auroc([0.9, 0.8, 0.1], [True, True, False]) == 1.0
+    assert module.auroc([0.5, 0.5], [True, False]) == 0.5
+    assert module.auroc([0.1, 0.9], [True, False]) == 0.0
+    assert module.prefix("one two three four", "words", 2) == "one two"

@@ -12,6 +12,7 @@ from paragen.backends.scripted import Script, ScriptedBackend, tokenize
 from paragen.context import RunContext
 from paragen.errors import ConfigError
 from paragen.types import GenerateRequest
+from strategies.deepprune import DeepPrune
 from strategies.distill import (
     Draft,
     agreement_scores,
@@ -129,3 +130,16 @@ async def test_pdr_drafts_can_come_from_ffs_through_the_registry() -> None:
     assert any(t.status == "cancelled" and t.cancel_reason == "first-finish" for t in traces) or all(
         t.status == "ok" for t in traces
     )
+
+
+@pytest.mark.anyio
+async def test_pdr_drafts_can_come_from_deepprune() -> None:
+    if "deepprune" not in registry.names(registry.STRATEGY_GROUP):
+        registry.register(registry.STRATEGY_GROUP, "deepprune", DeepPrune)
+    options = {"n": 2, "judge": "lexical", "truncation": "words", "prefix_k": 2}
+    strategy = SR(parallelism=(1, 1), draft_strategy="deepprune", draft_options=options)
+    result, _ = await run(strategy, ScriptedBackend(_responder))
+    labels = [t.label for t in result.traces]
+    assert labels.count("round0/draft0/sample") == 2 and labels.count("round1/draft0/sample") == 2
+    assert any(label.startswith("round0/draft0/judge:lexical") for label in labels)
+    assert result.answer == "5"

@@ -1,0 +1,118 @@
+"""The "engine" backend through the Backend contract: streaming, n, aborts, cancellation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from paragen.backends.base import generate
+from paragen.backends.engine import EngineBackend
+from paragen.errors import EngineError
+from paragen.types import ChatMessage, GenerateRequest, SamplingParams
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def backend(tiny_llama: Path) -> AsyncIterator[EngineBackend]:
+    b = EngineBackend.from_spec(str(tiny_llama), dtype="float32", num_blocks=64, block_size=4)
+    yield b
+    await b.aclose()
+
+
+async def test_generate_n_matches_sync_engine(backend: EngineBackend) -> None:
+    params = SamplingParams(max_tokens=12, temperature=1.0, seed=5)
+    request = GenerateRequest(prompt="Hello there", params=params, n=3)
+    got = await generate(backend, request)
+    await backend.aclose()  # the step thread must stop before this thread drives the engine itself
+    expected = backend.engine.generate([backend.prompt_ids(request)], params, n=3)[0]
+    assert [c.token_ids for c in got] == expected
+    assert all(c.num_tokens == len(c.token_ids or []) for c in got)
+    assert backend.engine.num_free_blocks == 64
+
+
+async def test_usage_counts_tokens(backend: EngineBackend) -> None:
+    request = GenerateRequest(prompt="Hello there", params=SamplingParams(max_tokens=5, temperature=0.0), n=2)
+    async with backend.stream(request) as stream:
+        deltas = [d async for d in stream]
+    p = len(backend.prompt_ids(request))
+    assert stream.usage.prompt_tokens == 2 * p and stream.usage.cached_prompt_tokens == p
+    assert stream.usage.completion_tokens == len(deltas) == sum(d.num_tokens for d in deltas)
+
+
+async def test_leaving_early_frees_the_cache(backend: EngineBackend) -> None:
+    request = GenerateRequest(prompt="Hello", params=SamplingParams(max_tokens=400, temperature=0.7), n=4)
+    async with backend.stream(request) as stream:
+        async for delta in stream:
+            if delta.index == 0 and delta.num_tokens:
+                break
+    assert backend.engine.num_free_blocks == 64
+
+
+async def test_cancelling_the_task_frees_the_cache(backend: EngineBackend) -> None:
+    request = GenerateRequest(prompt="Hello", params=SamplingParams(max_tokens=400, temperature=0.7), n=2)
+    seen = 0
+
+    async def consume() -> None:
+        nonlocal seen
+        async with backend.stream(request) as stream:
+            async for _ in stream:
+                seen += 1
+
+    with anyio.move_on_after(0.5):
+        await consume()
+    assert backend.engine.num_free_blocks == 64
+
+
+async def test_abort_one_choice_others_continue(backend: EngineBackend) -> None:
+    request = GenerateRequest(prompt="Hello", params=SamplingParams(max_tokens=30, temperature=0.0), n=3)
+    counts = [0, 0, 0]
+    finish: dict[int, str | None] = {}
+    async with backend.stream(request) as stream:
+        async for delta in stream:
+            counts[delta.index] += 1
+            finish[delta.index] = delta.finish_reason
+            if delta.index == 1 and counts[1] == 2:
+                await stream.abort(1)
+    assert counts[1] == 2 and counts[0] == counts[2] == 30
+    assert finish[0] == finish[2] == "length"
+    assert backend.engine.num_free_blocks == 64
+
+
+async def test_chat_and_continue_final(backend: EngineBackend) -> None:
+    messages = (ChatMessage(role="user", content="Hi"), ChatMessage(role="assistant", content="Well, I"))
+    request = GenerateRequest(messages=messages, continue_final=True, params=SamplingParams(max_tokens=2))
+    text = backend.engine.tokenizer.decode(backend.prompt_ids(request))
+    assert text.endswith("Well, I")
+    opened = GenerateRequest(messages=messages[:1], params=SamplingParams(max_tokens=2))
+    assert backend.engine.tokenizer.decode(backend.prompt_ids(opened)).endswith("<|im_start|>assistant\n")
+    (completion,) = await generate(backend, request)
+    assert completion.num_tokens <= 2
+
+
+async def test_logprobs_and_count_tokens(backend: EngineBackend) -> None:
+    params = SamplingParams(max_tokens=3, temperature=0.0, logprobs=True, top_logprobs=3)
+    (c,) = await generate(backend, GenerateRequest(prompt="Hi", params=params))
+    assert c.logprobs is not None and len(c.logprobs) == 3
+    assert c.top_logprobs is not None and all(len(t) == 3 for t in c.top_logprobs)
+    assert await backend.count_tokens("hello world") == (2, "tokenizer")
+
+
+async def test_too_big_request_is_an_engine_error(backend: EngineBackend) -> None:
+    request = GenerateRequest(prompt="x " * 400, params=SamplingParams(max_tokens=2))
+    with pytest.raises(EngineError):
+        async with backend.stream(request):
+            pass
+
+
+def test_unknown_option_is_refused() -> None:
+    with pytest.raises(ValueError, match="kv_cache_gb"):
+        EngineBackend.from_spec(None, kv_cache_gb=1)
+
+
+def test_capabilities() -> None:
+    caps = EngineBackend.capabilities.fget(None)  # type: ignore[attr-defined]
+    assert caps.native_n and caps.per_choice_abort and caps.top_logprobs == 20
