@@ -10,9 +10,10 @@ was opened and closed, so tests can measure cancel-to-release latency.
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,16 +165,25 @@ class _ScriptedStream:
             if finish is not None:
                 self._aborted.add(index)  # finished: nothing more from this choice
 
-    def _schedule(self) -> list[tuple[float, int, int, str, FinishReason | None]]:
-        events = []
-        for index, script in enumerate(self._scripts):
-            tokens, finish = self._cut(script)
-            for pos, token in enumerate(tokens):
-                when = script.first_delay + pos * script.token_delay
-                last = pos == len(tokens) - 1
-                events.append((when, index, pos, token, finish if last else None))
-        events.sort(key=lambda e: (e[0], e[1]))
-        return events
+    def _schedule(self) -> Iterator[tuple[float, int, int, str, FinishReason | None]]:
+        """Every choice's tokens in time order, produced lazily (a stream may be left after a few)."""
+        return heapq.merge(
+            *(self._timeline(i, s) for i, s in enumerate(self._scripts)), key=lambda e: (e[0], e[1])
+        )
+
+    def _timeline(
+        self, index: int, script: Script
+    ) -> Iterator[tuple[float, int, int, str, FinishReason | None]]:
+        tokens, finish = self._cut(script)
+        last = len(tokens) - 1
+        for pos, token in enumerate(tokens):
+            yield (
+                script.first_delay + pos * script.token_delay,
+                index,
+                pos,
+                token,
+                finish if pos == last else None,
+            )
 
     def _cut(self, script: Script) -> tuple[list[str], FinishReason]:
         text, finish = script.text, script.finish_reason

@@ -68,10 +68,18 @@ def _llama3_scale(inv: torch.Tensor, s: dict[str, float]) -> torch.Tensor:
 class Model:
     """The weights of one model and its forward pass."""
 
-    def __init__(self, cfg: ModelConfig, tensors: dict[str, torch.Tensor], dtype: torch.dtype, device: str):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        tensors: dict[str, torch.Tensor],
+        dtype: torch.dtype,
+        device: str,
+        pack: bool = True,
+    ):
         self.cfg = cfg
         self.dtype = dtype
         self.device = torch.device(device)
+        self.is_packed = pack and can_pack(self.device, dtype)
 
         def get(name: str) -> torch.Tensor:
             return tensors[name].to(device=self.device, dtype=dtype)
@@ -80,6 +88,15 @@ class Model:
         self.norm = get("model.norm.weight")
         self.lm_head = self.embed if cfg.tie_word_embeddings else get("lm_head.weight")
         self.layers = [self._layer(get, tensors, f"model.layers.{i}.") for i in range(cfg.num_layers)]
+        self.num_weight_bytes = sum(
+            t.numel() * t.element_size()
+            for t in [self.lm_head, *(w for x in self.layers for w in (x.qkv, x.o, x.gate_up, x.down))]
+        )
+        if self.is_packed:
+            self.lm_head = _pack(self.lm_head)
+            for layer in self.layers:
+                layer.qkv, layer.o = _pack(layer.qkv), _pack(layer.o)
+                layer.gate_up, layer.down = _pack(layer.gate_up), _pack(layer.down)
         max_pos = cfg.max_position_embeddings
         freqs = torch.outer(torch.arange(max_pos, dtype=torch.float32), rope_inv_freq(cfg))
         angles = torch.cat((freqs, freqs), dim=-1)
@@ -115,8 +132,14 @@ class Model:
             x = self._block(x, layer, cos, sin, meta, k_cache[i], v_cache[i])
         return self.rms_norm(x, self.norm)
 
+    def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.is_packed:
+            out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
+            return out
+        return F.linear(x, w, bias)
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.lm_head).float()
+        return self.linear(hidden, self.lm_head).float()
 
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), w, self.cfg.rms_norm_eps)
@@ -133,17 +156,31 @@ class Model:
     ) -> torch.Tensor:
         cfg = self.cfg
         h = self.rms_norm(x, layer.in_norm)
-        qkv = F.linear(h, layer.qkv, layer.qkv_bias).view(x.shape[0], -1, cfg.head_dim)
+        qkv = self.linear(h, layer.qkv, layer.qkv_bias).view(x.shape[0], -1, cfg.head_dim)
         nq, nkv = cfg.num_heads, cfg.num_kv_heads
         qk = _rope(qkv[:, : nq + nkv], cos, sin)
         q, k, v = qk[:, :nq], qk[:, nq:], qkv[:, nq + nkv :]
         k_cache.index_copy_(0, meta.slots, k)
         v_cache.index_copy_(0, meta.slots, v)
         attn = _prefill_attn(q, k, v) if meta.is_prefill else _decode_attn(q, k_cache, v_cache, meta)
-        x = x + F.linear(attn.reshape(x.shape[0], -1), layer.o)
+        x = x + self.linear(attn.reshape(x.shape[0], -1), layer.o)
         h = self.rms_norm(x, layer.post_norm)
-        gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, layer.down)
+        gate, up = self.linear(h, layer.gate_up).chunk(2, dim=-1)
+        return x + self.linear(F.silu(gate) * up, layer.down)
+
+
+def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
+    """oneDNN's prepacked bf16 weights: a small-batch CPU matmul streams them about 1.5-2x faster."""
+    has_op = hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    has_mkldnn: bool = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+    return device.type == "cpu" and dtype == torch.bfloat16 and has_mkldnn and has_op
+
+
+def _pack(w: torch.Tensor) -> torch.Tensor:
+    packed: torch.Tensor = torch.ops.mkldnn._reorder_linear_weight(
+        w, 8
+    )  # the batch-size hint; any batch works
+    return packed
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

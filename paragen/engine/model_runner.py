@@ -60,6 +60,7 @@ class ModelRunner:
             steps=self._tensor([seq.num_completion_tokens for seq in seqs]),
             is_filtered=any(p.top_p < 1.0 or p.top_k > 0 for p in params),
             is_greedy_only=not any(temps),
+            has_greedy=not all(temps),
             num_top_logprobs=max(p.top_logprobs for p in params),
             wants_logprobs=any(p.logprobs for p in params),
         )

@@ -26,6 +26,7 @@ class SampleBatch:
     steps: torch.Tensor  # [B] long: how many tokens the row has generated so far
     is_filtered: bool  # any row uses top-p or top-k
     is_greedy_only: bool
+    has_greedy: bool  # any row has temperature 0
     num_top_logprobs: int  # largest top_logprobs asked for (0 = none)
     wants_logprobs: bool
 
@@ -48,15 +49,14 @@ def uniform(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
 
 def sample(logits: torch.Tensor, batch: SampleBatch) -> Sampled:
     """Pick one token per row of ``logits`` [B, V] (float32)."""
-    greedy = logits.argmax(dim=-1)
     if batch.is_greedy_only:
-        chosen = greedy
-    else:
-        temp = batch.temperature.clamp(min=1e-5).unsqueeze(1)
-        probs = torch.softmax(logits / temp, dim=-1)
-        u = uniform(batch.seeds, batch.steps).to(probs.dtype)
-        drawn = _filtered_draw(probs, u, batch) if batch.is_filtered else _draw(probs, u)
-        chosen = torch.where(batch.temperature > 0, drawn, greedy)
+        return _with_logprobs(logits, logits.argmax(dim=-1), batch)
+    temp = batch.temperature.clamp(min=1e-5).unsqueeze(1)
+    probs = torch.softmax(logits / temp, dim=-1)
+    u = uniform(batch.seeds, batch.steps).to(probs.dtype)
+    chosen = _filtered_draw(probs, u, batch) if batch.is_filtered else _draw(probs, u)
+    if batch.has_greedy:
+        chosen = torch.where(batch.temperature > 0, chosen, logits.argmax(dim=-1))
     return _with_logprobs(logits, chosen, batch)
 
 

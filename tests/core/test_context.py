@@ -199,3 +199,20 @@ async def test_composed_strategy_shares_the_ledger() -> None:
     assert result.usage.num_samples == 5
     assert result.traces[0].label == "inner/sample"
     assert result.usage.sequential_tokens == 8
+
+
+def test_critical_path_follows_time_order_and_parents() -> None:
+    from paragen.accounting import critical_path_tokens
+    from paragen.types import Trace
+
+    traces = [
+        Trace(id=0, start=0.0, end=1.0, completion_tokens=10),
+        Trace(id=1, start=0.0, end=2.0, completion_tokens=30),
+        Trace(id=2, start=1.5, end=3.0, completion_tokens=5),  # after 0 only: 15
+        Trace(id=3, start=2.5, end=4.0, completion_tokens=7),  # after 1 (30) -> 37, beats 0 -> 2 chains
+        Trace(id=4, start=0.5, end=4.0, completion_tokens=1, parents=[1]),  # named parent though overlapping
+    ]
+    assert critical_path_tokens(traces) == 37
+    assert critical_path_tokens(traces[:3]) == 30
+    assert critical_path_tokens([traces[1], traces[4]]) == 31
+    assert critical_path_tokens([]) == 0

@@ -146,6 +146,7 @@ def test_sampler_filters() -> None:
         steps=torch.zeros(n, dtype=torch.long),
         is_filtered=True,
         is_greedy_only=False,
+        has_greedy=False,
         num_top_logprobs=0,
         wants_logprobs=False,
     )

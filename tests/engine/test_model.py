@@ -8,7 +8,9 @@ import pytest
 import torch
 import transformers
 
+from paragen.engine import loader
 from paragen.engine.llm_engine import LLMEngine
+from paragen.engine.model import Model
 from paragen.types import SamplingParams
 
 PROMPTS = [
@@ -56,3 +58,12 @@ def test_tiny_qwen2_matches_hf(tiny_qwen2: Path) -> None:
 @pytest.mark.slow
 def test_smollm2_matches_hf(smol_dir: Path) -> None:
     check_equal(smol_dir, 64)
+
+
+def test_packed_bf16_weights_change_nothing(tiny_llama: Path) -> None:
+    engine = LLMEngine(str(tiny_llama), dtype="bfloat16", num_blocks=64)
+    prompts = [engine.tokenizer(p)["input_ids"] for p in PROMPTS[:2]]
+    packed = engine_greedy(engine, prompts, 16)
+    plain = Model(engine.cfg, loader.load_tensors(tiny_llama), torch.bfloat16, "cpu", pack=False)
+    engine.model = engine.runner.model = plain
+    assert engine_greedy(engine, prompts, 16) == packed
