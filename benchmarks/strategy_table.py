@@ -22,6 +22,7 @@ import anyio
 from evals.tasks.arith import generate_rows
 from paragen.answers import answer_key, equivalent
 from paragen.orchestrator import Orchestrator
+from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 from strategies.adaptive import AdaptiveConsistency
 from strategies.deepprune import DeepPrune
@@ -34,7 +35,30 @@ from strategies.single import Single
 PAIRS_PATH = Path("evals/data/judge_pairs.jsonl")
 
 
-def lineup(n: int) -> list[tuple[str, Any]]:  # BaseStrategy.name is a ClassVar: not a Strategy to mypy
+class SplitChoices:
+    """The engine with ``per_choice_abort`` switched off, so n samples run as n requests.
+
+    Why: with one shared request, aborting the last open choice leaves the fan-out's group
+    driver waiting on the engine stream for good (reported to the lead); separate requests
+    are cancelled through their own scopes. The engine still batches them step by step.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.name = inner.name
+        self.capabilities = inner.capabilities.model_copy(update={"per_choice_abort": False})
+
+    def stream(self, request: Any) -> Any:
+        return self._inner.stream(request)
+
+    async def count_tokens(self, text: str) -> tuple[int, str]:
+        return await self._inner.count_tokens(text)  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def lineup(n: int) -> list[tuple[str, Strategy]]:
     same = {"temperature": None, "top_p": None}  # every strategy samples with the run's defaults
     return [
         ("single", Single()),
@@ -101,7 +125,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 async def main(args: argparse.Namespace) -> None:
     from paragen.backends.engine import EngineBackend
 
-    backend = EngineBackend.from_spec(None)
+    engine = EngineBackend.from_spec(None)
+    backend: Any = engine if args.shared_requests else SplitChoices(engine)
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
     orch = Orchestrator(backend, defaults=sampling, max_concurrent_problems=args.concurrency)
     probs = problems(args.limit, args.seed)
@@ -130,6 +155,7 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--only", default="")
+    parser.add_argument("--shared-requests", action="store_true", help="n choices in one request (Sync-FFS)")
     parser.add_argument("--pairs", action="store_true", help="write judge pairs from the majority run")
     parser.add_argument("--out", default="benchmarks/strategy_table.json")
     anyio.run(main, parser.parse_args())

@@ -58,9 +58,11 @@ def _panel(ax: Any, rows: Sequence[dict[str, Any]], key: str, label: str, colors
         points.append(Point(f"{row['strategy']} n={row['n']}", row["strategy"], x, acc))
     front = pareto_front(points)
     if front:
-        xs = [p.cost for p in front]
-        ys = [p.accuracy for p in front]
+        # Carry the frontier to the costliest point, so a one-point frontier still shows as a line.
+        xs = [p.cost for p in front] + [max(p.cost for p in points)]
+        ys = [p.accuracy for p in front] + [front[-1].accuracy]
         ax.step(xs, ys, where="post", linestyle="--", color="black", linewidth=1)
+        ax.scatter(xs[:-1], ys[:-1], s=120, facecolors="none", edgecolors="black", linewidths=1)
     ax.set_xlabel(label)
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)

@@ -91,7 +91,9 @@ class Orchestrator:
                 usage=usage,
             )
         if stop_reason == "done":  # the strategy's own verdict stands unless the run was cut short
-            stop_reason = "budget" if ctx.ledger.budget_hit and result.stop_reason == "done" else result.stop_reason
+            stop_reason = (
+                "budget" if ctx.ledger.budget_hit and result.stop_reason == "done" else result.stop_reason
+            )
         return result.model_copy(
             update={
                 "traces": list(traces),

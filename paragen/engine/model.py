@@ -9,12 +9,15 @@ through flat slot indices that the model runner prepares once per step.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from paragen.engine.loader import ModelConfig
+
+SMALL_BATCH = 16  # decode batches up to this size compute attention in fp32 on CPU
 
 
 @dataclass(slots=True)
@@ -28,7 +31,7 @@ class AttnMeta:
     is_prefill: bool
     slots: torch.Tensor  # [T] flat cache slot per new token
     gather: torch.Tensor | None = None  # [B, L] decode only
-    mask: torch.Tensor | None = None  # [B, 1, 1, L] additive, decode only
+    mask: torch.Tensor | None = None  # [B, 1, 1, L] additive, decode only; None when no row is padded
 
 
 @dataclass(slots=True)
@@ -80,6 +83,10 @@ class Model:
         self.dtype = dtype
         self.device = torch.device(device)
         self.is_packed = pack and can_pack(self.device, dtype)
+        scale = cfg.head_dim**-0.5
+        # A power-of-two softmax scale is folded into the query weights: exact, and one op less per layer.
+        self.is_scale_folded = math.log2(scale).is_integer()
+        self.attn_scale = 1.0 if self.is_scale_folded else scale
 
         def get(name: str) -> torch.Tensor:
             return tensors[name].to(device=self.device, dtype=dtype)
@@ -101,15 +108,23 @@ class Model:
         freqs = torch.outer(torch.arange(max_pos, dtype=torch.float32), rope_inv_freq(cfg))
         angles = torch.cat((freqs, freqs), dim=-1)
         self.cos = angles.cos().to(self.device, dtype)
-        self.sin = angles.sin().to(self.device, dtype)
+        # rotate_half's sign lives in the sin table, so applying RoPE needs no neg or cat per layer.
+        half = cfg.head_dim // 2
+        self.sin = torch.cat((-angles.sin()[:, :half], angles.sin()[:, half:]), dim=-1).to(self.device, dtype)
 
-    def _layer(self, get: object, tensors: dict[str, torch.Tensor], p: str) -> Layer:
-        assert callable(get)
+    def _layer(self, get: Callable[[str], torch.Tensor], tensors: dict[str, torch.Tensor], p: str) -> Layer:
         qkv_names = [f"{p}self_attn.{x}_proj" for x in "qkv"]
         has_bias = f"{qkv_names[0]}.bias" in tensors
+        qkv = torch.cat([get(f"{n}.weight") for n in qkv_names])
+        bias = torch.cat([get(f"{n}.bias") for n in qkv_names]) if has_bias else None
+        if self.is_scale_folded:
+            num_q = self.cfg.num_heads * self.cfg.head_dim
+            qkv[:num_q] *= self.cfg.head_dim**-0.5
+            if bias is not None:
+                bias[:num_q] *= self.cfg.head_dim**-0.5
         return Layer(
-            qkv=torch.cat([get(f"{n}.weight") for n in qkv_names]),
-            qkv_bias=torch.cat([get(f"{n}.bias") for n in qkv_names]) if has_bias else None,
+            qkv=qkv,
+            qkv_bias=bias,
             o=get(f"{p}self_attn.o_proj.weight"),
             gate_up=torch.cat([get(f"{p}mlp.gate_proj.weight"), get(f"{p}mlp.up_proj.weight")]),
             down=get(f"{p}mlp.down_proj.weight"),
@@ -162,7 +177,10 @@ class Model:
         q, k, v = qk[:, :nq], qk[:, nq:], qkv[:, nq + nkv :]
         k_cache.index_copy_(0, meta.slots, k)
         v_cache.index_copy_(0, meta.slots, v)
-        attn = _prefill_attn(q, k, v) if meta.is_prefill else _decode_attn(q, k_cache, v_cache, meta)
+        if meta.is_prefill:
+            attn = _prefill_attn(q, k, v, self.attn_scale)
+        else:
+            attn = _decode_attn(q, k_cache, v_cache, meta, self.attn_scale)
         x = x + self.linear(attn.reshape(x.shape[0], -1), layer.o)
         h = self.rms_norm(x, layer.post_norm)
         gate, up = self.linear(h, layer.gate_up).chunk(2, dim=-1)
@@ -183,30 +201,41 @@ def _pack(w: torch.Tensor) -> torch.Tensor:
     return packed
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def _rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    # rotate_half(x) * sin == swap_halves(x) * signed_sin, with swap_halves a single flip.
+    swapped = x.reshape(*x.shape[:-1], 2, -1).flip(-2).reshape(x.shape)
+    return x * cos + swapped * signed_sin
 
 
-def _prefill_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _prefill_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     # [T, H, D] -> [H, T, D]; GQA through enable_gqa keeps K/V unexpanded.
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True, scale=scale
     )
     return out.transpose(0, 1)
 
 
+def _gather(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    # index_select on flat slots runs 4-5x faster on CPU than advanced indexing with a 2-D index.
+    return torch.index_select(cache, 0, slots.reshape(-1)).view(*slots.shape, *cache.shape[1:])
+
+
 def _decode_attn(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
 ) -> torch.Tensor:
     # Two batched matmuls and a softmax: SDPA for a single query token is slow on CPU in bf16.
-    assert meta.gather is not None and meta.mask is not None
+    # Small batches run them in fp32, where oneDNN's tiny bf16 bmm costs about twice as much on CPU.
+    assert meta.gather is not None
     b, nq, d = q.shape
     nkv = k_cache.shape[1]
-    keys = k_cache[meta.gather].permute(0, 2, 3, 1)  # [B, KV, D, L]
-    values = v_cache[meta.gather].transpose(1, 2)  # [B, KV, L, D]
-    qg = q.view(b, nkv, nq // nkv, d)  # query heads grouped under their KV head
-    scores = torch.matmul(qg, keys) * (d**-0.5) + meta.mask
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(probs, values).view(b, nq, d)
+    dtype = torch.float32 if b <= SMALL_BATCH and q.device.type == "cpu" else q.dtype
+    keys = _gather(k_cache, meta.gather).to(dtype).permute(0, 2, 3, 1)  # [B, KV, D, L]
+    values = _gather(v_cache, meta.gather).to(dtype).transpose(1, 2)  # [B, KV, L, D]
+    qg = q.view(b, nkv, nq // nkv, d).to(dtype)  # query heads grouped under their KV head
+    scores = torch.matmul(qg, keys)
+    if scale != 1.0:
+        scores = scores * scale
+    if meta.mask is not None:
+        scores = scores + meta.mask
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+    return torch.matmul(probs, values).to(q.dtype).view(b, nq, d)

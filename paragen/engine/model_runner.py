@@ -39,15 +39,19 @@ class ModelRunner:
         lengths = self._tensor(positions) + 1
         max_len = max(positions) + 1
         offsets = torch.arange(bs, device=self.device)
-        gather = (tables.unsqueeze(2) * bs + offsets).view(len(seqs), -1)[:, :max_len]
-        is_pad = torch.arange(max_len, device=self.device).unsqueeze(0) >= lengths.unsqueeze(1)
-        mask = torch.zeros(is_pad.shape, dtype=self.model.dtype, device=self.device)
-        mask.masked_fill_(is_pad, float("-inf"))
-        meta = AttnMeta(
-            is_prefill=False, slots=self._tensor(slots), gather=gather, mask=mask.view(len(seqs), 1, 1, -1)
+        gather = (tables.unsqueeze(2) * bs + offsets).view(len(seqs), -1)[:, :max_len].contiguous()
+        mask = (
+            None
+            if min(positions) == max_len - 1
+            else self._pad_mask(lengths, max_len).view(len(seqs), 1, 1, -1)
         )
+        meta = AttnMeta(is_prefill=False, slots=self._tensor(slots), gather=gather, mask=mask)
         ids = self._tensor([seq.last_token for seq in seqs])
         return ids, lengths - 1, meta
+
+    def _pad_mask(self, lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+        is_pad = torch.arange(max_len, device=self.device).unsqueeze(0) >= lengths.unsqueeze(1)
+        return torch.zeros(is_pad.shape, device=self.device).masked_fill_(is_pad, float("-inf"))
 
     def prepare_sample(self, seqs: list[Sequence]) -> SampleBatch:
         params = [seq.params for seq in seqs]

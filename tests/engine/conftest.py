@@ -48,7 +48,9 @@ def _tiny(tmp: Path, smol: Path, arch: str) -> Path:
         config = transformers.LlamaConfig(**common, rope_scaling=rope, rope_theta=500000.0)
         model = transformers.LlamaForCausalLM(config)
     else:
-        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, rope_theta=10000.0))
+        # head_dim 24: a softmax scale that is not a power of two, so it is not folded into the weights
+        config = transformers.Qwen2Config(**{**common, "hidden_size": 96}, rope_theta=10000.0)
+        model = transformers.Qwen2ForCausalLM(config)
     with torch.no_grad():  # random biases, so the Qwen2 bias path is really checked
         for name, param in model.named_parameters():
             if name.endswith("bias"):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.orchestrator import Orchestrator
+from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult, Trace
 
 PROBLEM = Problem(id="p", question="What is 2 + 3?", gold="5")
@@ -23,7 +23,7 @@ def words(n: int, answer: str | None = None, stem: str = "step") -> str:
 
 
 async def run(
-    strategy: Any,  # the Strategy protocol does not accept BaseStrategy subclasses under mypy yet
+    strategy: Strategy,
     scripts: Sequence[Script | str] | ScriptedBackend,
     *,
     caps: Capabilities | None = None,

@@ -1,0 +1,99 @@
+"""The `eval` and `report` commands: bad input in one line, reports in every format, regrade, plots."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from evals_helpers import register_test_strategies
+from typer.testing import CliRunner
+
+from evals.cli import app, register
+from evals.report import build_report
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    register_test_strategies()
+    out = tmp_path_factory.mktemp("run") / "r"
+    args = [
+        "eval",
+        "-t",
+        "arith",
+        "-s",
+        "t_single,t_vote",
+        "--n",
+        "1,3",
+        "--backend",
+        "scripted",
+        "--limit",
+        "6",
+    ]
+    result = runner.invoke(app, [*args, "--out", str(out), "--no-progress", "--sample-seed", "2"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_eval_writes_records_and_the_plot(run_dir: Path) -> None:
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 6 * 3  # t_single once (no n), t_vote at n=1 and n=3
+    assert (run_dir / "pareto.png").stat().st_size > 10_000
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["backend"] == "scripted" and "math-verify" in info["versions"]
+
+
+def test_report_formats(run_dir: Path) -> None:
+    as_json = runner.invoke(app, ["report", str(run_dir), "--format", "json"])
+    data = json.loads(as_json.stdout)
+    assert {(r["strategy"], r["n"]) for r in data["summary"]} == {
+        ("t_single", 1),
+        ("t_vote", 1),
+        ("t_vote", 3),
+    }
+    assert any(r["method"] == "maj@3" and r["label"] == "offline estimate" for r in data["offline"])
+    rows = list(
+        csv.reader(io.StringIO(runner.invoke(app, ["report", str(run_dir), "--format", "csv"]).stdout))
+    )
+    assert rows[0][:5] == ["task", "strategy", "n", "problems", "acc"] and len(rows) == 4
+    md = runner.invoke(app, ["report", str(run_dir), "--format", "md"]).stdout
+    assert "### Live runs" in md and "| t_vote | 3 |" in md and "matched total tokens" in md
+
+
+def test_regrade_agrees_with_the_recorded_grades(run_dir: Path) -> None:
+    assert build_report(run_dir, do_regrade=True)["summary"] == build_report(run_dir)["summary"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["-t", "nope"], "unknown task"),
+        (["-t", "arith", "--n", "0"], "bad --n"),
+        (["-t", "arith", "-s", "no_such_strategy"], "unknown strategy"),
+        (["-t", "arith", "--backend", "no_such_backend"], "unknown backend"),
+        (["-t", "arith", "-O", "majority=3"], "STRATEGY.KEY=VALUE"),
+        (["-t", "arith", "--temperature", "-1"], "temperature"),
+        (["-t", "aime25", "--offline"], "held out"),
+    ],
+)
+def test_bad_input_ends_in_one_line_and_exit_code_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    backend = [] if "--backend" in args else ["--backend", "scripted"]
+    result = runner.invoke(app, ["eval", *args, *backend, "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and result.output.strip().count("\n") == 0
+
+
+def test_report_of_a_folder_without_records(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and "no records" in result.output
+
+
+def test_register_adds_both_commands() -> None:
+    host = typer.Typer()
+    register(host)
+    assert {c.name for c in host.registered_commands} == {"eval", "report"}
