@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
 from paragen.types import SamplingParams
 
@@ -76,6 +77,14 @@ def _sampling(max_tokens: int, temperature: float, sample_seed: int | None) -> S
         raise ConfigError(f"bad sampling option {err['loc'][0]}: {err['msg']}") from None
 
 
+def _budget(deadline_s: float | None, max_total_tokens: int | None) -> Budget:
+    try:
+        return Budget(deadline_s=deadline_s, max_total_tokens=max_total_tokens)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"bad budget option {err['loc'][0]}: {err['msg']}") from None
+
+
 def eval_command(
     task: Annotated[
         str,
@@ -103,6 +112,8 @@ def eval_command(
     max_tokens: Annotated[int, typer.Option(help="max tokens per sample")] = 512,
     temperature: Annotated[float, typer.Option(help="sampling temperature")] = 0.7,
     sample_seed: Annotated[int | None, typer.Option(help="sampling seed given to the backend")] = None,
+    deadline_s: Annotated[float | None, typer.Option(help="wall-time limit per problem (seconds)")] = None,
+    max_total_tokens: Annotated[int | None, typer.Option(help="token budget per problem")] = None,
     question_field: Annotated[str | None, typer.Option(help="user data: field with the question")] = None,
     answer_field: Annotated[str | None, typer.Option(help="user data: field with the gold answer")] = None,
     id_field: Annotated[str | None, typer.Option(help="user data: field with the problem id")] = None,
@@ -128,6 +139,7 @@ def eval_command(
             "backend_options": parse_options(backend_opt),
             "strategy_options": parse_strategy_options(strategy_opt),
             "sampling": _sampling(max_tokens, temperature, sample_seed),
+            "budget": _budget(deadline_s, max_total_tokens),
             "out": out,
             "resume": resume,
             "max_concurrent": max_concurrent,
@@ -162,6 +174,7 @@ def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[dict[
         resume=settings["resume"],
         max_concurrent=settings["max_concurrent"],
         sampling=settings["sampling"],
+        budget=settings["budget"],
         seed=settings["seed"],
         progress=settings["progress"],
     )

@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from paragen.backends.base import Backend
+from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
 from paragen.registry import STRATEGY_GROUP, names, register
 from paragen.types import SamplingParams
@@ -102,6 +103,7 @@ def run_task(
         backend_spec=spec,
         max_concurrent=8,
         sampling=SamplingParams(max_tokens=max_tokens, temperature=0.7),
+        budget=Budget(deadline_s=90.0),  # a stuck problem is recorded as "deadline", the demo goes on
     )
     started = time.monotonic()
     anyio.run(run_eval, spec_obj, backend)

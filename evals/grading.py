@@ -16,6 +16,7 @@ backend failed; the cause is kept), ``grader_timeout`` and ``grader_error``.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -76,6 +77,22 @@ def _compare(prediction: str, gold: str, timeout_s: float, same: Equivalence | N
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+def _watch_parent(parent_pid: int) -> None:
+    """Pool initializer: exit when the grading parent dies (a SIGKILLed run must not leave orphans)."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _warm() -> bool:
     import logging
 
@@ -123,7 +140,9 @@ class Grader:
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._context)
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=self._context, initializer=_watch_parent, initargs=(os.getpid(),)
+            )
             wait([self._pool.submit(_warm) for _ in range(self.workers)], timeout=120)
         return self._pool
 

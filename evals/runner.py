@@ -30,7 +30,7 @@ from evals.grading import Grade, Grader
 from evals.records import Key, RecordWriter, read_records, record_key, versions, write_run_info
 from evals.tasks.base import Task
 from paragen.backends.base import Backend
-from paragen.config import parse_backend_spec
+from paragen.config import Budget, parse_backend_spec
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
 from paragen.registry import load_backend, load_strategy
@@ -97,6 +97,7 @@ class EvalSpec:
     resume: bool = False
     max_concurrent: int = 8
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    budget: Budget = field(default_factory=Budget)  # per problem; a deadline records "deadline", never hangs
     seed: int = 0
     task_source: str = ""
     progress: bool = True
@@ -124,7 +125,9 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[dict[str, Any]]:
     writer = RecordWriter.open(spec.out, resume=spec.resume)
     run_info = _run_info(spec)
     write_run_info(spec.out, run_info)
-    orch = Orchestrator(backend, defaults=spec.sampling, max_concurrent_problems=spec.max_concurrent)
+    orch = Orchestrator(
+        backend, defaults=spec.sampling, budget=spec.budget, max_concurrent_problems=spec.max_concurrent
+    )
     grader = Grader(workers=spec.grader_workers)
     try:
         with _progress(spec.progress) as progress:
@@ -201,6 +204,7 @@ def _run_info(spec: EvalSpec) -> dict[str, Any]:
         ],
         "problems": [p.id for p in spec.problems],
         "sampling": spec.sampling.model_dump(mode="json"),
+        "budget": spec.budget.model_dump(mode="json"),
         "seed": spec.seed,
         "max_concurrent": spec.max_concurrent,
         "versions": versions(),

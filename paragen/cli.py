@@ -138,7 +138,8 @@ def _list_plugins(group: str, config_of: Any) -> None:
             table.add_row(name, f"[dim]unavailable: {exc.message}[/dim]")
             continue
         fields = getattr(config, "model_fields", {})
-        table.add_row(name, ", ".join(f"{k} ({v.default!r})" for k, v in fields.items()) or "-")
+        described = (f"{k} ({v.get_default(call_default_factory=True)!r})" for k, v in fields.items())
+        table.add_row(name, ", ".join(described) or "-")
     Console().print(table)
 
 

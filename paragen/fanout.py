@@ -9,8 +9,8 @@ one ``n > 1`` request share a stream when the backend can abort choices one by o
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -152,26 +152,36 @@ class Fanout:
 
     async def _drive_group(self, lives: list[LiveSample], request: GenerateRequest) -> None:
         ctx, error, stream = self._ctx, None, None
+        # Once no choice is left running, stop reading: a backend need not end the stream by
+        # itself after its last choice was aborted, and waiting on it would hang the fan-out.
+        scope = anyio.CancelScope()
+
+        def end_choice(live: LiveSample) -> None:
+            self._end(live, None)
+            if not any(other.is_running for other in lives):
+                scope.cancel()
+
         try:
-            async with ctx.backend.stream(request) as stream:
-                for live in lives:
-                    live.group = stream
-                    live.on_stop = _ender(self, live)
-                    if live.stop_reason is not None:  # stopped before the stream opened
-                        await stream.abort(live.index)
-                        self._end(live, None)
-                async for delta in stream:
-                    live = lives[delta.index]
-                    if not live.is_running or live.stop_reason is not None:
-                        continue
-                    live.add(delta, ctx.now())
-                    if ctx.charge(delta.num_tokens):
-                        await ctx.cancel("budget")
-                    if delta.finish_reason is not None:
-                        live.apply_usage(stream.usage, shared=True)
-                        self._end(live, None)
-                    else:
-                        await self._after_delta(live)
+            with scope:
+                async with ctx.backend.stream(request) as stream:
+                    for live in lives:
+                        live.group = stream
+                        live.on_stop = functools.partial(end_choice, live)
+                        if live.stop_reason is not None:  # stopped before the stream opened
+                            await stream.abort(live.index)
+                            end_choice(live)
+                    async for delta in stream:
+                        live = lives[delta.index]
+                        if not live.is_running or live.stop_reason is not None:
+                            continue
+                        live.add(delta, ctx.now())
+                        if ctx.charge(delta.num_tokens):
+                            await ctx.cancel("budget")
+                        if delta.finish_reason is not None:
+                            live.apply_usage(stream.usage, shared=True)
+                            end_choice(live)
+                        else:
+                            await self._after_delta(live)
         except BackendError as exc:
             error = exc.one_line()
         finally:
@@ -230,10 +240,6 @@ class ToolSpan:
             trace.error = None if cancelled else f"{type(exc).__name__}: {exc}"
         trace.finish_reason = "stop" if trace.status == "ok" else "abort"
         self._ctx.ended(trace)
-
-
-def _ender(fanout: Fanout, live: LiveSample) -> Callable[[], None]:
-    return lambda: fanout._end(live, None)
 
 
 def _single(request: GenerateRequest, index: int) -> GenerateRequest:

@@ -11,10 +11,10 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paragen.backends.base import Capabilities
-from paragen.errors import EngineError
+from paragen.errors import ConfigError, EngineError
 from paragen.types import Delta, GenerateRequest, Usage
 
 if TYPE_CHECKING:
@@ -65,7 +65,12 @@ class EngineBackend:
         """Load ``target`` (a checkpoint directory, hub id or .gguf file; None = SmolLM2-135M-Instruct)."""
         from paragen.engine.llm_engine import LLMEngine
 
-        config = EngineConfig(**options)
+        try:
+            config = EngineConfig(**options)
+        except ValidationError as exc:
+            raise ConfigError(
+                f"bad engine option: {exc}", hint=f"options: {sorted(EngineConfig.model_fields)}"
+            ) from exc
         return cls(LLMEngine(target, **config.model_dump()))
 
     @property

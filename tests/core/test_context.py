@@ -216,3 +216,41 @@ def test_critical_path_follows_time_order_and_parents() -> None:
     assert critical_path_tokens(traces[:3]) == 30
     assert critical_path_tokens([traces[1], traces[4]]) == 31
     assert critical_path_tokens([]) == 0
+
+
+async def test_shared_request_does_not_wait_on_a_stream_that_never_ends() -> None:
+    """After its last choice is aborted, a group is left even if the backend's stream would block forever."""
+    from contextlib import asynccontextmanager
+
+    import anyio
+
+    from paragen.types import Delta, Usage
+
+    class Stuck:
+        def __init__(self) -> None:
+            self.usage = Usage()
+
+        async def abort(self, index: int) -> None:
+            return None
+
+        def __aiter__(self) -> Stuck:
+            self._sent = False
+            return self
+
+        async def __anext__(self) -> Delta:
+            if not self._sent:
+                self._sent = True
+                return Delta(index=0, text="\\boxed{1}", num_tokens=1, finish_reason="stop")
+            await anyio.sleep_forever()
+            raise AssertionError
+
+    backend = ScriptedBackend(capabilities=Capabilities(native_n=True, per_choice_abort=True))
+
+    @asynccontextmanager
+    async def stream(_request: object):  # type: ignore[no-untyped-def]
+        yield Stuck()
+
+    backend.stream = stream  # type: ignore[method-assign]
+    with anyio.fail_after(2):
+        result = await Orchestrator(backend).run(FirstFinish(), PROBLEM)
+    assert [t.status for t in result.traces] == ["ok", "cancelled", "cancelled", "cancelled"]

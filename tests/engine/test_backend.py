@@ -10,7 +10,7 @@ import pytest
 
 from paragen.backends.base import generate
 from paragen.backends.engine import EngineBackend
-from paragen.errors import EngineError
+from paragen.errors import ConfigError, EngineError
 from paragen.types import ChatMessage, GenerateRequest, SamplingParams
 
 pytestmark = pytest.mark.anyio
@@ -109,8 +109,15 @@ async def test_too_big_request_is_an_engine_error(backend: EngineBackend) -> Non
 
 
 def test_unknown_option_is_refused() -> None:
-    with pytest.raises(ValueError, match="kv_cache_gb"):
+    with pytest.raises(ConfigError, match="kv_cache_gb"):
         EngineBackend.from_spec(None, kv_cache_gb=1)
+
+
+def test_missing_model_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        EngineBackend.from_spec(str(tmp_path / "nope.gguf"))
+    with pytest.raises(ConfigError):
+        EngineBackend.from_spec(str(tmp_path))  # a directory without config.json
 
 
 def test_capabilities() -> None:
