@@ -118,7 +118,7 @@ def run_task(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
-    parser.add_argument("--arith", type=int, default=20, help="arith problems")
+    parser.add_argument("--arith", type=int, default=16, help="arith problems")
     parser.add_argument("--gsm8k", type=int, default=4, help="GSM8K problems (0 skips it)")
     parser.add_argument("--n", default="4,8")
     parser.add_argument("--strategies", default=",".join(WANTED))

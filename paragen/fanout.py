@@ -147,7 +147,7 @@ class Fanout:
             error = exc.one_line()
         finally:
             if stream is not None:
-                ctx.charge(live.apply_usage(stream.usage, shared=False))
+                ctx.charge(live.apply_usage(stream.usage))
             self._end(live, error)
 
     async def _drive_group(self, lives: list[LiveSample], request: GenerateRequest) -> None:
@@ -178,7 +178,7 @@ class Fanout:
                         if ctx.charge(delta.num_tokens):
                             await ctx.cancel("budget")
                         if delta.finish_reason is not None:
-                            live.apply_usage(stream.usage, shared=True)
+                            live.apply_usage(stream.usage, choices=len(lives))
                             end_choice(live)
                         else:
                             await self._after_delta(live)
@@ -187,7 +187,7 @@ class Fanout:
         finally:
             for live in lives:
                 if stream is not None:
-                    live.apply_usage(stream.usage, shared=True)
+                    live.apply_usage(stream.usage, choices=len(lives))
                 self._end(live, error if live.stop_reason is None else None)
 
     async def _after_delta(self, live: LiveSample) -> None:

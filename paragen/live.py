@@ -86,15 +86,23 @@ class LiveSample:
             trace.finish_reason = self._finish_reason
         return trace
 
-    def apply_usage(self, usage: Usage, *, shared: bool) -> int:
-        """Take the backend's counts; returns how many completion tokens the server count adds."""
+    def apply_usage(self, usage: Usage, *, choices: int = 1) -> int:
+        """Take the backend's counts; returns how many completion tokens the server count adds.
+
+        ``usage`` covers the whole request; with ``choices`` > 1 (one request shared by several
+        samples) the prompt counts once per choice, so each trace takes its share, and the
+        cached prompt tokens go to the choices that were served from the one prefill first.
+        """
         trace = self.trace
         trace.count_source = usage.source
-        trace.prompt_tokens = usage.prompt_tokens
+        prompt = usage.prompt_tokens // choices
+        trace.prompt_tokens = prompt
         if usage.cached_prompt_tokens is not None:
-            trace.cached_prompt_tokens = usage.cached_prompt_tokens
-        if shared and self.index > 0 and usage.prompt_tokens:
-            trace.cached_prompt_tokens = usage.prompt_tokens  # one prefill served every choice
+            cached = usage.cached_prompt_tokens
+            if choices > 1:  # later choices reuse the prefill; the first takes what is left
+                cached = prompt if self.index > 0 else max(0, cached - (choices - 1) * prompt)
+            trace.cached_prompt_tokens = cached
+        shared = choices > 1
         if usage.source == "server" and not shared and usage.completion_tokens >= self._tokens:
             extra = usage.completion_tokens - self._tokens
             self._tokens = usage.completion_tokens

@@ -12,6 +12,9 @@ says the backend can; after it, no more deltas of that choice are delivered.
 
 ``stream.usage`` is live: backends update it as they learn counts (prompt tokens as
 soon as known, completion tokens as they stream), so budgets see tokens as they come.
+It covers the whole request: for ``n`` choices the prompt counts ``n`` times, and
+``cached_prompt_tokens`` says how many of those were served from a cache (the engine
+prefills a shared prompt once, so n - 1 of the n copies are cached).
 """
 
 from __future__ import annotations

@@ -129,7 +129,10 @@ class ScriptedBackend:
 class _ScriptedStream:
     def __init__(self, request: GenerateRequest, scripts: list[Script], record: StreamRecord) -> None:
         prompt = request.prompt or "".join(m.content for m in request.messages or ())
-        self.usage = Usage(prompt_tokens=len(tokenize(prompt)), source="tokenizer")
+        # Usage covers the whole request: the prompt counts once per choice, all but one from cache.
+        n, size = len(scripts), len(tokenize(prompt))
+        cached = (n - 1) * size if n > 1 else None
+        self.usage = Usage(prompt_tokens=n * size, cached_prompt_tokens=cached, source="tokenizer")
         self._scripts = scripts
         self._max_tokens = request.params.max_tokens
         self._stops = request.params.stop

@@ -134,7 +134,10 @@ async def test_shared_request_choices_abort_one_by_one() -> None:
     assert [t.status for t in result.traces] == ["ok", "cancelled", "cancelled", "cancelled"]
     # the winner's last token comes first in its step; the others had 3 tokens when aborted
     assert [t.completion_tokens for t in result.traces] == [4, 3, 3, 3]
+    prompts = {t.prompt_tokens for t in result.traces}
+    assert len(prompts) == 1 and prompts.pop() > 0  # one prompt per sample, not the request's total
     assert result.usage.cached_prompt_tokens == 3 * result.traces[0].prompt_tokens
+    assert [t.cached_prompt_tokens for t in result.traces][1:] == [result.traces[0].prompt_tokens] * 3
 
 
 async def test_monitor_prunes_a_sample() -> None:
