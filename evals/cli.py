@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from paragen.cli import parse_options
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
 from paragen.types import SamplingParams
@@ -39,24 +39,10 @@ def parse_ns(text: str) -> list[int]:
     return ns
 
 
-def parse_options(items: list[str]) -> dict[str, Any]:
-    """``key=value`` pairs; values are read as JSON when they parse (numbers, booleans), else strings."""
-    options: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"bad option {item!r}", hint="the form is KEY=VALUE")
-        try:
-            options[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key.strip()] = value
-    return options
-
-
 def parse_strategy_options(items: list[str]) -> dict[str, dict[str, Any]]:
     """``STRATEGY.KEY=VALUE`` pairs grouped by strategy."""
     grouped: dict[str, dict[str, Any]] = {}
-    for key, value in parse_options(items).items():
+    for key, value in parse_options(items, "--strategy-opt").items():
         name, dot, field = key.partition(".")
         if not dot or not field:
             raise ConfigError(f"bad strategy option {key!r}", hint="the form is STRATEGY.KEY=VALUE")
@@ -136,7 +122,7 @@ def eval_command(
             "strategies": _split(strategies),
             "ns": parse_ns(ns),
             "backend": backend,
-            "backend_options": parse_options(backend_opt),
+            "backend_options": parse_options(backend_opt, "--backend-opt"),
             "strategy_options": parse_strategy_options(strategy_opt),
             "sampling": _sampling(max_tokens, temperature, sample_seed),
             "budget": _budget(deadline_s, max_total_tokens),

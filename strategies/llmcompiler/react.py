@@ -14,46 +14,27 @@ import anyio
 from pydantic import Field
 
 from paragen.context import RunContext
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import ChatMessage, Problem, StrategyResult, Trace
+from strategies.llmcompiler.base import ToolConfig, ToolStrategy
 from strategies.llmcompiler.plan import parse_arguments
 from strategies.llmcompiler.prompts import REACT_SYSTEM, clean_answer
-from strategies.llmcompiler.tools import Tool, ToolInputError, load_tools
+from strategies.llmcompiler.tools import Tool, ToolInputError
 
 _ACTION = re.compile(r"Action\s*:\s*([A-Za-z_]\w*)\s*\((.*)\)", re.IGNORECASE)
 _STOP = "Observation:"
 
 
-class ReActConfig(StrategyConfig):
-    tools: tuple[str, ...] = Field(default=("calculator", "python", "lookup"), description="tool names")
-    tool_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+class ReActConfig(ToolConfig):
     max_steps: int = Field(default=8, ge=1, le=50)
     temperature: float = Field(default=0.0, ge=0)
     max_step_tokens: int = Field(default=256, gt=0)
-    tool_timeout_s: float = Field(default=60.0, gt=0)
 
 
-class ReAct(BaseStrategy[ReActConfig]):
+class ReAct(ToolStrategy[ReActConfig]):
     """Thought / Action / Observation, one tool call per model call, until Finish(answer)."""
 
     name = "react"
     Config = ReActConfig
-
-    def __init__(
-        self,
-        config: ReActConfig | None = None,
-        *,
-        toolbox: Mapping[str, Tool] | None = None,
-        **overrides: Any,
-    ) -> None:
-        super().__init__(config, **overrides)
-        self.toolbox = dict(toolbox) if toolbox is not None else None
-
-    def resolve_tools(self) -> dict[str, Tool]:
-        if self.toolbox is not None:
-            return self.toolbox
-        options = {k: v for k, v in self.config.tool_options.items() if k in self.config.tools}
-        return load_tools(self.config.tools, options)
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         tools = self.resolve_tools()

@@ -19,19 +19,15 @@ from pydantic import Field
 
 from paragen.context import RunContext
 from paragen.live import LiveSample
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import Problem, StrategyResult, Trace
 from strategies.llmcompiler import prompts
+from strategies.llmcompiler.base import ToolConfig, ToolStrategy
 from strategies.llmcompiler.plan import END_OF_PLAN, PlanError, PlanParser, Task
 from strategies.llmcompiler.scheduler import TaskFetchingUnit, critical_path_s
-from strategies.llmcompiler.tools import Tool, load_tools
+from strategies.llmcompiler.tools import Tool
 
 
-class LLMCompilerConfig(StrategyConfig):
-    tools: tuple[str, ...] = Field(default=("calculator", "python", "lookup"), description="tool names")
-    tool_options: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description='e.g. {"lookup": {"root": ...}}'
-    )
+class LLMCompilerConfig(ToolConfig):
     max_replans: int = Field(
         default=1,
         ge=1,
@@ -44,7 +40,6 @@ class LLMCompilerConfig(StrategyConfig):
     planner_temperature: float = Field(default=0.0, ge=0)
     max_plan_tokens: int = Field(default=512, gt=0)
     max_join_tokens: int = Field(default=256, gt=0)
-    tool_timeout_s: float = Field(default=60.0, gt=0)
 
 
 @dataclass
@@ -62,28 +57,11 @@ class Round:
     notes: list[str] = field(default_factory=list)
 
 
-class LLMCompiler(BaseStrategy[LLMCompilerConfig]):
+class LLMCompiler(ToolStrategy[LLMCompilerConfig]):
     """Plan tool calls as a DAG, execute them in parallel while planning, join the results."""
 
     name = "llmcompiler"
     Config = LLMCompilerConfig
-
-    def __init__(
-        self,
-        config: LLMCompilerConfig | None = None,
-        *,
-        toolbox: Mapping[str, Tool] | None = None,
-        **overrides: Any,
-    ) -> None:
-        super().__init__(config, **overrides)
-        self.toolbox = dict(toolbox) if toolbox is not None else None
-
-    def resolve_tools(self) -> dict[str, Tool]:
-        """The tools of this run: given to the constructor, else loaded by name from the config."""
-        if self.toolbox is not None:
-            return self.toolbox
-        options = {k: v for k, v in self.config.tool_options.items() if k in self.config.tools}
-        return load_tools(self.config.tools, options)
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         tools = self.resolve_tools()
