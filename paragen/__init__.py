@@ -5,6 +5,7 @@ one better answer, sooner or cheaper than one long sample.
 """
 
 from paragen.answers import NO_ANSWER, equivalent, extract_answer, majority_vote
+from paragen.api import asolve, solve
 from paragen.backends.base import Backend, Capabilities, CompletionStream, generate
 from paragen.config import Budget
 from paragen.context import RunContext
@@ -59,9 +60,11 @@ __all__ = [
     "Trace",
     "Usage",
     "__version__",
+    "asolve",
     "build_strategy",
     "equivalent",
     "extract_answer",
     "generate",
     "majority_vote",
+    "solve",
 ]

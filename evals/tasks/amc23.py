@@ -7,6 +7,7 @@ from evals.tasks.base import Fields, HubSource, Task
 TASK = Task(
     name="amc23",
     description="AMC 2023: 40 problems with numeric answers (no answer choices)",
+    # No revision of math-ai/amc23 could be found to pin from here (no network): it follows main.
     hub=HubSource("math-ai/amc23", split="test", fields=Fields("question", "answer", "id")),
     bundled="amc23.jsonl",
     grading="boxed",

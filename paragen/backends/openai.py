@@ -304,7 +304,7 @@ class _HTTPStream:
     async def abort(self, index: int) -> None:
         """Stop the choice; only possible for a single-choice request (it closes the response)."""
         if self._request.n != 1 or index != 0:
-            raise NotImplementedError("per-choice abort of an n > 1 HTTP request; send n=1 requests")
+            raise ConfigError("an n > 1 HTTP request cannot abort one choice", hint="send n=1 requests")
         await self.aclose()
 
     async def aclose(self) -> None:

@@ -198,7 +198,7 @@ class _VLLMStream:
         return self._deltas
 
     async def abort(self, index: int) -> None:
-        raise NotImplementedError("vLLM aborts whole requests; send n=1 requests to stop samples one by one")
+        raise ConfigError("vLLM aborts whole requests, not one choice", hint="send n=1 requests")
 
     async def aclose(self) -> None:
         await self._deltas.aclose()
