@@ -124,10 +124,15 @@ def _download(repo_id: str) -> Path:
         ) from exc
 
 
+_CACHE_FORMAT = "v2"
+
+
 def convert_gguf(path: Path) -> Path:
     """Dequantize ``path`` once into a safetensors checkpoint in the cache; reuse it afterwards."""
     stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    # The format tag invalidates caches written by an older converter.
+    ident = f"{_CACHE_FORMAT}:{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    key = hashlib.sha256(ident.encode()).hexdigest()[:16]
     out = cache_dir() / "gguf" / f"{path.stem}-{key}"
     if (out / "done").is_file():
         return out
@@ -159,6 +164,12 @@ def _save_checkpoint(model: Any, out: Path) -> None:
     save_file(state, str(out / "model.safetensors"))
     model.config.save_pretrained(out)
     model.generation_config.save_pretrained(out)
+    # The tensors are plain dequantized floats now: drop the GGUF quantization entry, or
+    # transformers would load this checkpoint through its GGUF quantizer and repack the weights.
+    config_path = out / "config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("quantization_config", None)
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def load_config(model_dir: Path) -> ModelConfig:
