@@ -38,9 +38,8 @@ PAIRS_PATH = Path("evals/data/judge_pairs.jsonl")
 class SplitChoices:
     """The engine with ``per_choice_abort`` switched off, so n samples run as n requests.
 
-    Why: with one shared request, aborting the last open choice leaves the fan-out's group
-    driver waiting on the engine stream for good (reported to the lead); separate requests
-    are cancelled through their own scopes. The engine still batches them step by step.
+    The table in docs/strategies.md was measured this way (it worked around a fan-out hang that
+    is fixed now); the engine still batches the requests step by step.
     """
 
     def __init__(self, inner: Any) -> None:
@@ -126,7 +125,7 @@ async def main(args: argparse.Namespace) -> None:
     from paragen.backends.engine import EngineBackend
 
     engine = EngineBackend.from_spec(None)
-    backend: Any = engine if args.shared_requests else SplitChoices(engine)
+    backend: Any = SplitChoices(engine) if args.split_requests else engine
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
     orch = Orchestrator(backend, defaults=sampling, max_concurrent_problems=args.concurrency)
     probs = problems(args.limit, args.seed)
@@ -155,7 +154,7 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--only", default="")
-    parser.add_argument("--shared-requests", action="store_true", help="n choices in one request (Sync-FFS)")
+    parser.add_argument("--split-requests", action="store_true", help="n requests instead of one shared one")
     parser.add_argument("--pairs", action="store_true", help="write judge pairs from the majority run")
     parser.add_argument("--out", default="benchmarks/strategy_table.json")
     anyio.run(main, parser.parse_args())
