@@ -273,14 +273,17 @@ class RunContext:
         return request
 
     def charge(self, tokens: int) -> bool:
-        """Count generated tokens; True when this reached the total budget (the caller then stops the run)."""
+        """Count generated tokens; True once the total budget is spent (the caller then stops the run).
+
+        It stays True after the first time, so a sample that still delivers a token stops the run
+        even when the budget was crossed by a count that arrived where nobody could act on it.
+        """
         ledger = self.ledger
         ledger.total_tokens += tokens
         cap = ledger.budget.max_total_tokens
-        if cap is not None and ledger.total_tokens >= cap and not ledger.budget_hit:
+        if cap is not None and ledger.total_tokens >= cap:
             ledger.budget_hit = True
-            return True
-        return False
+        return ledger.budget_hit
 
     def ended(self, trace: Trace) -> None:
         self.ledger.live.pop(trace.id, None)
