@@ -141,7 +141,9 @@ def offline_rows(bank: Sequence[BankProblem], verdicts: Verdicts, *, source: str
     for k in range(1, n + 1):
         scores = [expected_majority(b, k, verdicts) for b in bank]
         rows.append(_row(source, f"maj@{k}", k, scores))
-    if n >= 2:
+    # Scoring by confidence needs logprobs; without them every score ties and the rows would
+    # report a made-up accuracy, so they are left out (run with logprobs to get them).
+    if n >= 2 and all(t.logprobs for b in bank for t in b.traces):
         rows.append(
             _row(
                 source,

@@ -67,3 +67,15 @@ def test_offline_rows_are_labelled() -> None:
     assert [r["method"] for r in rows][:3] == ["maj@1", "maj@2", "maj@3"]
     assert all(r["label"] == OFFLINE for r in rows)
     assert rows[2]["accuracy"] == 1.0
+
+
+def test_confidence_rows_need_logprobs() -> None:
+    with_lp = bank_from_record(_record(["7", "3", "3"], [-0.1, -2.0, -2.0]))
+    record = _record(["7", "3", "3"], [-0.1, -2.0, -2.0])
+    for trace in record["result"]["traces"]:
+        trace["logprobs"] = None
+    without_lp = bank_from_record(record)
+    methods = [r["method"] for r in offline_rows([with_lp], _verdicts([with_lp]), source="s")]
+    assert "best_of_3(mean_logprob)" in methods and "deepconf_offline(keep=0.9)" in methods
+    methods = [r["method"] for r in offline_rows([without_lp], _verdicts([without_lp]), source="s")]
+    assert methods == ["maj@1", "maj@2", "maj@3"]  # no made-up confidence scores
