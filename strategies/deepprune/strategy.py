@@ -82,10 +82,18 @@ class DeepPrune(BaseStrategy[DeepPruneConfig]):
 
     name = "deepprune"
     Config = DeepPruneConfig
+    _judge: Judge | None = None
+
+    @property
+    def judge(self) -> Judge:
+        """One judge per strategy object: a model judge loads its weights once, not once per problem."""
+        if self._judge is None:
+            self._judge = load_judge(self.config.judge, self.config.judge_options)
+        return self._judge
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         cfg = self.config
-        judge = load_judge(cfg.judge, cfg.judge_options)
+        judge = self.judge
         rng = random.Random(cfg.seed)
         state = _Run(cfg.n)
         send, recv = anyio.create_memory_object_stream[Event](math.inf)
