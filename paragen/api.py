@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import anyio
@@ -29,23 +30,9 @@ async def asolve(
     return await orchestrator.run(chosen, problem)
 
 
-def run_sync(
-    question: str | Problem,
-    *,
-    strategy: str | Strategy = "majority",
-    backend: Backend,
-    sampling: SamplingParams | None = None,
-    budget: Budget | None = None,
-    **options: Any,
-) -> StrategyResult:
+def run_sync(question: str | Problem, **kwargs: Any) -> StrategyResult:
     """:func:`asolve` from synchronous code (a script, a notebook cell without a running loop)."""
-
-    async def go() -> StrategyResult:
-        return await asolve(
-            question, strategy=strategy, backend=backend, sampling=sampling, budget=budget, **options
-        )
-
-    return anyio.run(go)
+    return anyio.run(functools.partial(asolve, question, **kwargs))
 
 
 solve = run_sync
