@@ -64,16 +64,18 @@ class BlockManager:
 
 
 class KVCache:
-    """The K and V tensors: [layers, num_blocks * block_size, kv_heads, head_dim] each.
+    """Keys and values in one tensor: [layers, 2 * kv_heads, num_blocks * block_size, head_dim].
 
-    Slots are flat (``block_id * block_size + offset``) so a step writes with one
-    ``index_copy_`` and a decode row gathers its whole view with one index per layer.
+    Slots are flat (``block_id * block_size + offset``). The K heads come first, then the V
+    heads, with the slot axis inside the head axis: a decode step writes a layer's new keys and
+    values with one ``index_copy_`` and gathers a batch's whole context with one
+    ``index_select``, already laid out as the batched matmuls want it (no further copies).
     """
 
     def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: str):
-        shape = (cfg.num_layers, num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        shape = (cfg.num_layers, 2 * cfg.num_kv_heads, num_blocks * block_size, cfg.head_dim)
+        self.kv = torch.zeros(shape, dtype=dtype, device=device)
+        self.num_blocks = num_blocks
         self.block_size = block_size
 
     @staticmethod
@@ -84,5 +86,4 @@ class KVCache:
     def copy_block(self, src: int, dst: int, num_tokens: int) -> None:
         """Copy the first ``num_tokens`` slots of block ``src`` into ``dst`` (copy on write)."""
         a, b = src * self.block_size, dst * self.block_size
-        self.k[:, b : b + num_tokens] = self.k[:, a : a + num_tokens]
-        self.v[:, b : b + num_tokens] = self.v[:, a : a + num_tokens]
+        self.kv[:, :, b : b + num_tokens] = self.kv[:, :, a : a + num_tokens]

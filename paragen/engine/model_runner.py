@@ -16,6 +16,7 @@ class ModelRunner:
         self.cache = cache
         self.device = model.device
         self.block_size = cache.block_size
+        self.num_kv_rows = cache.kv.shape[1]  # K heads then V heads
 
     def _tensor(
         self, data: list[int] | list[float] | list[list[int]], dtype: torch.dtype = torch.long
@@ -34,18 +35,16 @@ class ModelRunner:
         bs = self.block_size
         positions = [seq.num_cached_tokens for seq in seqs]
         slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(seqs, positions, strict=True)]
+        # Rows are padded to the same number of blocks with block 0; the mask hides those slots.
         num_blocks = max(len(seq.block_table) for seq in seqs)
         tables = self._tensor([seq.block_table + [0] * (num_blocks - len(seq.block_table)) for seq in seqs])
+        heads = torch.arange(self.num_kv_rows, device=self.device).unsqueeze(1) * self.cache.num_blocks
+        gather = (heads + tables.view(1, -1)).view(-1)
         lengths = self._tensor(positions) + 1
-        max_len = max(positions) + 1
-        offsets = torch.arange(bs, device=self.device)
-        gather = (tables.unsqueeze(2) * bs + offsets).view(len(seqs), -1)[:, :max_len].contiguous()
-        mask = (
-            None
-            if min(positions) == max_len - 1
-            else self._pad_mask(lengths, max_len).view(len(seqs), 1, 1, -1)
-        )
-        meta = AttnMeta(is_prefill=False, slots=self._tensor(slots), gather=gather, mask=mask)
+        context = num_blocks * bs
+        is_full = min(positions) == context - 1  # every row fills its last block: nothing to hide
+        mask = None if is_full else self._pad_mask(lengths, context).view(len(seqs), 1, -1)
+        meta = AttnMeta(is_prefill=False, slots=self._tensor(slots), block_size=bs, gather=gather, mask=mask)
         ids = self._tensor([seq.last_token for seq in seqs])
         return ids, lengths - 1, meta
 
@@ -76,7 +75,7 @@ class ModelRunner:
             ids, pos, meta = self.prepare_prefill(seqs[0])
         else:
             ids, pos, meta = self.prepare_decode(seqs)
-        hidden = self.model.forward(ids, pos, meta, self.cache.k, self.cache.v)
+        hidden = self.model.forward(ids, pos, meta, self.cache.kv)
         if is_prefill:  # the prompt's n samples all start from its last position's logits
             logits = self.model.logits(hidden[-1:]).expand(len(seqs), -1)
         else:

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 _MASK32 = 0xFFFFFFFF
+_BLOCK = 256  # tokens per block of the two-level CDF
 
 
 @dataclass(slots=True)
@@ -61,10 +63,30 @@ def sample(logits: torch.Tensor, batch: SampleBatch) -> Sampled:
 
 
 def _draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    cdf = probs.cumsum(dim=-1)
-    target = (u * cdf[:, -1]).unsqueeze(1)
-    index = torch.searchsorted(cdf, target).squeeze(1)
-    return index.clamp(max=probs.shape[1] - 1)
+    """Inverse-CDF draw of one index per row, never one with zero probability.
+
+    A flat cumsum over the vocabulary runs sequentially (~4 ms for 64 x 49k on a CPU), so
+    the CDF is built in two levels: pick the block of ``_BLOCK`` tokens that holds the
+    target mass, then the token inside it. Only the row's own values enter, in a fixed order.
+    """
+    rows, vocab = probs.shape
+    num_blocks = -(-vocab // _BLOCK)
+    if num_blocks * _BLOCK != vocab:
+        probs = F.pad(probs, (0, num_blocks * _BLOCK - vocab))
+    blocks = probs.view(rows, num_blocks, _BLOCK)
+    block_mass = blocks.sum(dim=-1)
+    block_cdf = block_mass.cumsum(dim=-1)
+    target = (u * block_cdf[:, -1]).unsqueeze(1)
+    block = torch.searchsorted(block_cdf, target).clamp_(max=num_blocks - 1)  # [rows, 1]
+    inner_cdf = blocks.gather(1, block.unsqueeze(2).expand(rows, 1, _BLOCK)).squeeze(1).cumsum(dim=-1)
+    inner_target = target - (block_cdf.gather(1, block) - block_mass.gather(1, block))
+    # Rounding can push the target just outside (0, block total]; keeping it strictly inside
+    # makes the first CDF entry >= target a token with positive probability.
+    total = inner_cdf[:, -1:]
+    smallest = torch.full_like(total, torch.finfo(total.dtype).tiny)
+    inner_target = torch.minimum(torch.maximum(inner_target, smallest), total)
+    inner = torch.searchsorted(inner_cdf, inner_target).clamp_(max=_BLOCK - 1)
+    return (block * _BLOCK + inner).squeeze(1)
 
 
 def _filtered_draw(probs: torch.Tensor, u: torch.Tensor, batch: SampleBatch) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 
 from paragen.engine.detokenizer import Detokenizer
 from paragen.engine.llm_engine import LLMEngine
-from paragen.engine.sampler import SampleBatch, sample, uniform
+from paragen.engine.sampler import SampleBatch, _draw, sample, uniform
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
 
@@ -154,6 +154,22 @@ def test_sampler_filters() -> None:
     assert got[:4] == logits.argmax(-1)[:4].tolist()  # top_k=1 and a tiny top_p leave only the best
     u = uniform(torch.arange(1000), torch.zeros(1000, dtype=torch.long))
     assert 0.45 < float(u.mean()) < 0.55 and float(u.min()) > 0 and float(u.max()) < 1
+
+
+def test_two_level_draw_is_the_inverse_cdf() -> None:
+    torch.manual_seed(0)
+    probs = torch.rand(4, 1000) ** 4  # 1000 tokens: not a whole number of blocks
+    probs[:, ::7] = 0.0  # tokens that must never be drawn
+    probs[1, 300:] = 0.0  # all mass in the first blocks
+    probs[2, :990] = 0.0  # all mass in the last, partial block
+    probs /= probs.sum(-1, keepdim=True)
+    u = torch.cat([torch.rand(2000, dtype=torch.float64), torch.tensor([1e-12, 1 - 1e-12])])
+    rows = probs.repeat_interleave(len(u), 0)
+    got = _draw(rows, u.repeat(4).float())
+    exact = torch.searchsorted(rows.double().cumsum(-1), (u.repeat(4) * rows.double().sum(-1)).unsqueeze(1))
+    assert bool((rows.gather(1, got.unsqueeze(1)) > 0).all())  # never a zero-probability token
+    agree = (got == exact.squeeze(1).clamp(max=999)).float().mean()
+    assert agree > 0.995  # the rest are float32 rounding at a CDF step
 
 
 class ByteTokenizer:
