@@ -204,7 +204,7 @@ def _pack(w: torch.Tensor) -> torch.Tensor:
 
 def _rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
     """RoPE in place: rotate_half(x) * sin == swap_halves(x) * signed_sin, with swap_halves one flip."""
-    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
+    swapped = x.view(*x.shape[:-1], 2, -1).flip(-2).view(x.shape)
     x.mul_(cos).addcmul_(swapped, signed_sin)
 
 
