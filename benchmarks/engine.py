@@ -103,24 +103,51 @@ def matmul_flops(device: str, dtype: torch.dtype) -> float:
 
 
 def memory_bandwidth(device: str) -> float:
-    src = torch.empty(256 * 2**20, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
+    """Read bandwidth: a decode step reads its weights and writes almost nothing.
+
+    Summing a 512 MiB buffer reads every byte once. (A copy, which also writes, moves fewer
+    bytes per second on this machine, so it would be the easier yardstick.)
+    """
+    src = torch.ones(128 * 2**20, dtype=torch.float32, device=device)
 
     def run() -> None:
-        dst.copy_(src)
+        src.sum()
         sync(device)
 
     run()
-    return 2 * src.numel() / best_time(run, 5)  # a copy reads and writes every byte
+    return src.numel() * src.element_size() / best_time(run, 5)
 
 
-def model_costs(engine: LLMEngine, context: int) -> tuple[float, float]:
-    """FLOPs per generated token and bytes of weights read per decode step."""
+def matmul_ceiling(engine: LLMEngine, n: int) -> float:
+    """Seconds for one step's weight matmuls alone (no attention, norms or sampling) at batch n.
+
+    This is what the matmul library itself reaches on the model's shapes: the part of the gap
+    to the machine's limit that no amount of work outside the matmuls can close.
+    """
+    m, cfg = engine.model, engine.cfg
+    x = torch.randn(n, cfg.hidden_size, dtype=m.dtype, device=m.device)
+    h = torch.randn(n, cfg.intermediate_size, dtype=m.dtype, device=m.device)
+
+    def run() -> None:
+        for layer in m.layers:
+            m.linear(x, layer.qkv, None)
+            m.linear(x, layer.o, None)
+            m.linear(x, layer.gate_up, None)
+            m.linear(h, layer.down, None)
+        m.linear(x, m.lm_head, None)
+        sync(str(m.device))
+
+    run()
+    return best_time(run, 5)
+
+
+def model_costs(engine: LLMEngine, context: int) -> tuple[float, float, int]:
+    """FLOPs per generated token, bytes of weights read per decode step, and matmul weights."""
     m, cfg = engine.model, engine.cfg
     weights = [m.lm_head] + [t for layer in m.layers for t in (layer.qkv, layer.o, layer.gate_up, layer.down)]
     params = sum(t.numel() for t in weights)
     attn = 2 * 2 * cfg.num_layers * cfg.num_heads * cfg.head_dim * context  # QK^T and PV
-    return 2 * params + attn, params * m.lm_head.element_size()
+    return 2 * params + attn, params * m.lm_head.element_size(), params
 
 
 def prefill_ratio(engine: LLMEngine, ids: list[int]) -> tuple[float, float]:
@@ -183,16 +210,25 @@ def main() -> None:
             f"engine n=8 / llama.cpp = {raw['engine_n8'] / raw['llamacpp_n8']:.2f}x"
         )
     flops, bandwidth = matmul_flops(args.device, engine.dtype), memory_bandwidth(args.device)
-    flops_per_token, bytes_per_step = model_costs(engine, len(ids) + args.tokens // 2)
+    flops_per_token, bytes_per_step, params = model_costs(engine, len(ids) + args.tokens // 2)
     compute_limit, bandwidth_limit = flops / flops_per_token, bandwidth / bytes_per_step
-    raw |= {"matmul_gflops": flops / 1e9, "bandwidth_gbs": bandwidth / 1e9}
+    raw |= {"matmul_gflops": flops / 1e9, "read_bandwidth_gbs": bandwidth / 1e9}
     print(
         f"limits     {flops / 1e9:.0f} GFLOP/s / {flops_per_token / 1e6:.0f} MFLOP per token = "
-        f"{compute_limit:.0f} tok/s; {bandwidth / 1e9:.1f} GB/s / {bytes_per_step / 1e6:.0f} MB per step = "
-        f"{bandwidth_limit:.0f} tok/s"
+        f"{compute_limit:.0f} tok/s; {bandwidth / 1e9:.1f} GB/s read / "
+        f"{bytes_per_step / 1e6:.0f} MB per step = {bandwidth_limit:.0f} tok/s"
     )
     compute_frac, bandwidth_frac = raw["engine_n64"] / compute_limit, raw["engine_n1"] / bandwidth_limit
     print(f"fraction   n=64 {compute_frac:.0%} of compute limit; n=1 {bandwidth_frac:.0%} of bandwidth limit")
+    t1, t64 = matmul_ceiling(engine, 1), matmul_ceiling(engine, 64)
+    raw |= {"matmuls_n1_gbs": bytes_per_step / t1 / 1e9, "matmuls_n64_gflops": 64 * 2 * params / t64 / 1e9}
+    print(
+        f"matmuls    alone: n=1 stream {raw['matmuls_n1_gbs']:.1f} GB/s "
+        f"({raw['matmuls_n1_gbs'] * 1e9 / bandwidth:.0%} of read bandwidth), the engine step reaches "
+        f"{raw['engine_n1'] * t1:.0%} of that; n=64 {raw['matmuls_n64_gflops']:.0f} GFLOP/s "
+        f"({raw['matmuls_n64_gflops'] * 1e9 / flops:.0%} of the matmul limit), the engine step "
+        f"{raw['engine_n64'] * t64 / 64:.0%} of that"
+    )
     long_ids = list(engine.tokenizer(LONG_PROMPT)["input_ids"])
     t1, t16 = prefill_ratio(engine, long_ids)
     raw |= {"prefill_n1_s": t1, "prefill_n16_s": t16, "prefill_tokens": len(long_ids)}

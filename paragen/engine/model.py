@@ -2,8 +2,8 @@
 
 Weights are plain tensors with Q/K/V and gate/up fused into one matmul each, so a
 layer is a handful of large ops: eager HF modules spend most of a CPU decode step on
-per-op overhead. Attention reads and writes the paged KV cache (see ``cache.py``)
-through flat slot indices that the model runner prepares once per step.
+per-op overhead. Attention (``attention.py``) reads and writes the paged KV cache
+(``cache.py``) through indices that the model runner prepares once per step.
 """
 
 from __future__ import annotations
@@ -15,27 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from paragen.engine.attention import Attend, AttnMeta, decode_attention, prefill_attention, rope_
 from paragen.engine.loader import ModelConfig
-
-SMALL_BATCH = 16  # decode batches up to this size compute attention in fp32 on CPU
-
-
-@dataclass(slots=True)
-class AttnMeta:
-    """Where this step's keys go and what each query attends to (built by the model runner).
-
-    Prefill: one sequence, causal over its own new tokens. Decode: one token per row; each row
-    reads its blocks in view order, padded to the longest row, and ``mask`` hides the slots past
-    its length. ``gather`` indexes a layer's cache seen as rows of one block of one head
-    (``[2 * kv_heads * num_blocks, block_size * head_dim]``): for each head, each row's blocks.
-    Gathering whole blocks moves contiguous 2 KB runs, about twice as fast as slot by slot.
-    """
-
-    is_prefill: bool
-    slots: torch.Tensor  # [T] flat cache slot per new token
-    block_size: int = 0
-    gather: torch.Tensor | None = None  # [2 * kv_heads * B * blocks per row] decode only
-    mask: torch.Tensor | None = None  # [B, 1, L] additive, decode only; None when no slot is padding
 
 
 @dataclass(slots=True)
@@ -91,6 +72,10 @@ class Model:
         # A power-of-two softmax scale is folded into the query weights: exact, and one op less per layer.
         self.is_scale_folded = math.log2(scale).is_integer()
         self.attn_scale = 1.0 if self.is_scale_folded else scale
+        self.num_heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        self.norm_shape, self.norm_eps = (cfg.hidden_size,), cfg.rms_norm_eps
+        # Chosen once: a decode step makes ~120 of these calls, so per-call Python work counts.
+        self.linear: Linear = _packed_linear() if self.is_packed else F.linear
 
         def get(name: str) -> torch.Tensor:
             return tensors[name].to(device=self.device, dtype=dtype)
@@ -146,21 +131,26 @@ class Model:
         """Hidden states [T, hidden] after the final norm; writes this step's K/V into the cache."""
         x = F.embedding(ids, self.embed)
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
+        if meta.is_prefill:
+            attend = prefill_attention(self.num_heads, self.attn_scale)
+        else:
+            attend = decode_attention(
+                meta,
+                num_heads=self.num_heads,
+                num_kv_heads=self.cfg.num_kv_heads,
+                head_dim=self.head_dim,
+                scale=self.attn_scale,
+                dtype=self.dtype,
+            )
         for layer, layer_kv in zip(self.layers, kv_cache, strict=True):
-            x = self._block(x, layer, cos, sin, meta, layer_kv)
+            x = self._block(x, layer, cos, sin, meta.slots, layer_kv, attend)
         return self.rms_norm(x, self.norm)
 
-    def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if self.is_packed:
-            out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
-            return out
-        return F.linear(x, w, bias)
-
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.linear(hidden, self.lm_head).float()
+        return self.linear(hidden, self.lm_head, None).float()
 
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), w, self.cfg.rms_norm_eps)
+        return F.rms_norm(x, self.norm_shape, w, self.norm_eps)
 
     def _block(
         self,
@@ -168,24 +158,34 @@ class Model:
         layer: Layer,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        meta: AttnMeta,
+        slots: torch.Tensor,
         kv: torch.Tensor,
+        attend: Attend,
     ) -> torch.Tensor:
-        cfg = self.cfg
-        h = self.rms_norm(x, layer.in_norm)
-        qkv = self.linear(h, layer.qkv, layer.qkv_bias).view(x.shape[0], -1, cfg.head_dim)
-        nq = cfg.num_heads
-        _rope_(qkv[:, : nq + cfg.num_kv_heads], cos, sin)
+        linear, nq = self.linear, self.num_heads
+        h = F.rms_norm(x, self.norm_shape, layer.in_norm, self.norm_eps)
+        qkv = linear(h, layer.qkv, layer.qkv_bias).view(x.shape[0], -1, self.head_dim)
+        rope_(qkv[:, : nq + kv.shape[0] // 2], cos, sin)
         # [T, 2 * kv_heads, D] -> the cache's [2 * kv_heads, slots, D]: K and V in one write.
-        kv.index_copy_(1, meta.slots, qkv[:, nq:].transpose(0, 1))
-        if meta.is_prefill:
-            attn = _prefill_attn(qkv, nq, self.attn_scale)
-        else:
-            attn = _decode_attn(qkv, nq, kv, meta, self.attn_scale)
-        x = x + self.linear(attn, layer.o)
-        h = self.rms_norm(x, layer.post_norm)
-        gate, up = self.linear(h, layer.gate_up).chunk(2, dim=-1)
-        return x + self.linear(F.silu(gate) * up, layer.down)
+        kv.index_copy_(1, slots, qkv[:, nq:].transpose(0, 1))
+        x = x + linear(attend(qkv, kv), layer.o, None)
+        h = F.rms_norm(x, self.norm_shape, layer.post_norm, self.norm_eps)
+        gate, up = linear(h, layer.gate_up, None).chunk(2, dim=-1)
+        return x + linear(F.silu(gate) * up, layer.down, None)
+
+
+Linear = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+def _packed_linear() -> Linear:
+    """A matmul with oneDNN-packed weights, the op overload bound once (see ``can_pack``)."""
+    op = torch.ops.mkldnn._linear_pointwise.default
+
+    def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        out: torch.Tensor = op(x, w, bias, "none", [], "")
+        return out
+
+    return linear
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
@@ -200,47 +200,3 @@ def _pack(w: torch.Tensor) -> torch.Tensor:
         w, 8
     )  # the batch-size hint; any batch works
     return packed
-
-
-def _rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
-    """RoPE in place: rotate_half(x) * sin == swap_halves(x) * signed_sin, with swap_halves one flip."""
-    swapped = x.view(*x.shape[:-1], 2, -1).flip(-2).view(x.shape)
-    x.mul_(cos).addcmul_(swapped, signed_sin)
-
-
-def _prefill_attn(qkv: torch.Tensor, nq: int, scale: float) -> torch.Tensor:
-    # [T, H, D] -> [H, T, D]; GQA through enable_gqa keeps K/V unexpanded.
-    heads = qkv.transpose(0, 1)
-    nkv = (heads.shape[0] - nq) // 2
-    q, k, v = heads[:nq], heads[nq : nq + nkv], heads[nq + nkv :]
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
-    return out.transpose(0, 1).reshape(qkv.shape[0], -1)
-
-
-def _decode_attn(qkv: torch.Tensor, nq: int, kv: torch.Tensor, meta: AttnMeta, scale: float) -> torch.Tensor:
-    """One query token per row against its gathered context, as two batched matmuls.
-
-    SDPA for a single query token is slow on CPU in bf16. Rows and KV heads share one batch
-    axis (head-major, so the gathered cache needs no copy); each KV head's query heads are the
-    rows of its matrix. Small batches run in fp32 on CPU, where oneDNN's tiny bf16 bmm costs
-    about twice as much.
-    """
-    assert meta.gather is not None
-    b, _, d = qkv.shape
-    nkv = kv.shape[0] // 2
-    group = nq // nkv
-    dtype = torch.float32 if b <= SMALL_BATCH and qkv.device.type == "cpu" else qkv.dtype
-    q = torch.empty(nkv, b, group, d, dtype=dtype, device=qkv.device)
-    q.copy_(qkv[:, :nq].view(b, nkv, group, d).transpose(0, 1))  # one op: reorder and cast
-    blocks = kv.view(-1, meta.block_size * d).index_select(0, meta.gather)
-    context = blocks.to(dtype).view(2, nkv * b, -1, d)  # [K|V, heads * rows, L, D]
-    scores = torch.bmm(q.view(nkv * b, group, d), context[0].transpose(1, 2))
-    if scale != 1.0:
-        scores.mul_(scale)
-    if meta.mask is not None:
-        scores.view(nkv, b, group, -1).add_(meta.mask)
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
-    out = torch.bmm(probs, context[1]).view(nkv, b, group, d)
-    attn = torch.empty(b, nkv, group, d, dtype=qkv.dtype, device=qkv.device)
-    attn.transpose(0, 1).copy_(out)
-    return attn.view(b, nq * d)

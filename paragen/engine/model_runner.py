@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from paragen.engine.attention import AttnMeta
 from paragen.engine.cache import KVCache
-from paragen.engine.model import AttnMeta, Model
+from paragen.engine.model import Model
 from paragen.engine.sampler import SampleBatch, Sampled, sample
 from paragen.engine.sequence import Sequence
 
