@@ -31,7 +31,7 @@ from paragen.types import SamplingParams
 
 PROMPT = "Write a short story about a robot who learns to paint. Describe its first painting in detail."
 LONG_PROMPT = " ".join(["The history of the printing press begins in the fifteenth century."] * 24)
-REPEATS = 2
+REPEATS = 3
 
 
 def best_time(fn: Callable[[], Any], repeats: int = REPEATS) -> float:

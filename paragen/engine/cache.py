@@ -10,8 +10,6 @@ with its own positions (RoPE offsets are applied by the model, not stored here).
 
 from __future__ import annotations
 
-from collections import deque
-
 import torch
 
 from paragen.engine.loader import ModelConfig
@@ -25,7 +23,10 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.ref_counts = [0] * num_blocks
-        self.free_ids: deque[int] = deque(range(num_blocks))
+        # A stack, not a queue: the most recently freed blocks are reused first, so the blocks
+        # in use stay few and close together however long the engine runs. A decode step
+        # gathers every row's blocks; spread over a large pool that gather runs ~2x slower.
+        self.free_ids = list(range(num_blocks - 1, -1, -1))
 
     @property
     def num_free_blocks(self) -> int:
@@ -39,7 +40,7 @@ class BlockManager:
 
     def allocate(self, num_new_blocks: int) -> list[int]:
         assert self.can_allocate(num_new_blocks), "allocate() without can_allocate()"
-        ids = [self.free_ids.popleft() for _ in range(num_new_blocks)]
+        ids = [self.free_ids.pop() for _ in range(num_new_blocks)]
         for block_id in ids:
             assert self.ref_counts[block_id] == 0
             self.ref_counts[block_id] = 1

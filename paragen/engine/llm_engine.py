@@ -14,6 +14,7 @@ import torch
 from paragen.engine import loader
 from paragen.engine.cache import BlockManager, KVCache
 from paragen.engine.detokenizer import Detokenizer
+from paragen.engine.host import keep_freed_memory
 from paragen.engine.model import Model
 from paragen.engine.model_runner import ModelRunner
 from paragen.engine.scheduler import Scheduler
@@ -82,6 +83,7 @@ class LLMEngine:
         self.num_threads = threads or os.cpu_count() or 1
         if device == "cpu":
             torch.set_num_threads(self.num_threads)
+            keep_freed_memory()
         model_dir = loader.resolve(target)
         self.cfg = loader.load_config(model_dir)
         self.tokenizer: Any = loader.load_tokenizer(model_dir)

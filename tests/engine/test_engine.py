@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import resource
+import sys
 from pathlib import Path
 
 import pytest
@@ -201,3 +203,18 @@ def test_detokenizer_holds_back_a_possible_stop_string() -> None:
     detok = Detokenizer(ByteTokenizer(), stop=("STOP",))
     pieces, hit = feed(detok, "ab ST")
     assert not hit and "".join(pieces) == "ab " and detok.flush() == "ST"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc settings")
+def test_decode_steps_do_not_page_fault(tiny_llama: Path) -> None:
+    # 48 rows x a 49k vocabulary: ~9 MB per logits temporary, which glibc would otherwise
+    # mmap fresh (or trim away) and fault back in on every step.
+    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=256, block_size=16)
+    engine.add_request(prompt(engine), SamplingParams(max_tokens=12, temperature=0.8, seed=1), n=48)
+    for _ in range(4):  # prefill and warm-up
+        engine.step()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(6):
+        engine.step()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults < 6 * 200, f"{faults} page faults in 6 decode steps"
