@@ -56,13 +56,13 @@ def sample(logits: torch.Tensor, batch: SampleBatch) -> Sampled:
     inverse_temp = batch.temperature.clamp(min=1e-5).reciprocal().unsqueeze(1)
     probs = torch.softmax(logits * inverse_temp, dim=-1)  # a broadcast multiply runs ~3x faster than a divide
     u = uniform(batch.seeds, batch.steps).to(probs.dtype)
-    chosen = _filtered_draw(probs, u, batch) if batch.is_filtered else _draw(probs, u)
+    chosen = _filtered_draw(probs, u, batch) if batch.is_filtered else inverse_cdf_draw(probs, u)
     if batch.has_greedy:
         chosen = torch.where(batch.temperature > 0, chosen, logits.argmax(dim=-1))
     return _with_logprobs(logits, chosen, batch)
 
 
-def _draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def inverse_cdf_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw of one index per row, never one with zero probability.
 
     A flat cumsum over the vocabulary runs sequentially (~4 ms for 64 x 49k on a CPU), so
@@ -99,9 +99,9 @@ def _filtered_draw(probs: torch.Tensor, u: torch.Tensor, batch: SampleBatch) -> 
     top_k = batch.top_k.unsqueeze(1)
     drop |= (top_k > 0) & (rank >= top_k)
     kept = sorted_probs.masked_fill(drop, 0.0)
-    picked = order.gather(1, _draw(kept, u).unsqueeze(1)).squeeze(1)
+    picked = order.gather(1, inverse_cdf_draw(kept, u).unsqueeze(1)).squeeze(1)
     has_filter = (batch.top_p < 1.0) | (batch.top_k > 0)
-    return torch.where(has_filter, picked, _draw(probs, u))
+    return torch.where(has_filter, picked, inverse_cdf_draw(probs, u))
 
 
 def _with_logprobs(logits: torch.Tensor, chosen: torch.Tensor, batch: SampleBatch) -> Sampled:

@@ -11,7 +11,7 @@ import torch
 
 from paragen.engine.detokenizer import Detokenizer
 from paragen.engine.llm_engine import LLMEngine
-from paragen.engine.sampler import SampleBatch, _draw, sample, uniform
+from paragen.engine.sampler import SampleBatch, inverse_cdf_draw, sample, uniform
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
 
@@ -167,7 +167,7 @@ def test_two_level_draw_is_the_inverse_cdf() -> None:
     probs /= probs.sum(-1, keepdim=True)
     u = torch.cat([torch.rand(2000, dtype=torch.float64), torch.tensor([1e-12, 1 - 1e-12])])
     rows = probs.repeat_interleave(len(u), 0)
-    got = _draw(rows, u.repeat(4).float())
+    got = inverse_cdf_draw(rows, u.repeat(4).float())
     exact = torch.searchsorted(rows.double().cumsum(-1), (u.repeat(4) * rows.double().sum(-1)).unsqueeze(1))
     assert bool((rows.gather(1, got.unsqueeze(1)) > 0).all())  # never a zero-probability token
     agree = (got == exact.squeeze(1).clamp(max=999)).float().mean()
