@@ -163,13 +163,13 @@ class Model:
         attend: Attend,
     ) -> torch.Tensor:
         linear, nq = self.linear, self.num_heads
-        h = F.rms_norm(x, self.norm_shape, layer.in_norm, self.norm_eps)
+        h = self.rms_norm(x, layer.in_norm)
         qkv = linear(h, layer.qkv, layer.qkv_bias).view(x.shape[0], -1, self.head_dim)
         rope_(qkv[:, : nq + kv.shape[0] // 2], cos, sin)
         # [T, 2 * kv_heads, D] -> the cache's [2 * kv_heads, slots, D]: K and V in one write.
         kv.index_copy_(1, slots, qkv[:, nq:].transpose(0, 1))
         x = x + linear(attend(qkv, kv), layer.o, None)
-        h = F.rms_norm(x, self.norm_shape, layer.post_norm, self.norm_eps)
+        h = self.rms_norm(x, layer.post_norm)
         gate, up = linear(h, layer.gate_up, None).chunk(2, dim=-1)
         return x + linear(F.silu(gate) * up, layer.down, None)
 
