@@ -1,23 +1,29 @@
 """The sample bank: offline aggregations re-scored from one recorded n=N run, without regeneration.
 
-From the raw samples of each record this computes majority@k for every k <= n (the
-expectation over random k-subsets, fixed seed), best-of-n under any scorer, and
-DeepConf-offline (confidence-filtered, confidence-weighted voting). These are labelled
-"offline estimate": a live run of the same strategy differs, because cancellations and
-early stops change what gets generated.
+From the raw samples of each record this computes majority@k (the exact expectation
+over all k-subsets, see :func:`evals.metrics.expected_maj_at_k`), best-of-n under any
+scorer, and DeepConf-offline (confidence-filtered, confidence-weighted voting).
+
+Samples are taken in the order they finished, which is the order a live vote sees them,
+and voted on with the live tie rule (NO_ANSWER ignored, ties to the first seen): so
+maj@n of a finished majority run is exactly its live result. The rows are still labelled
+"offline estimate": for other strategies, or runs cut short, the live run differs,
+because cancellations and early stops change what gets generated.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evals.metrics import bootstrap_ci
-from paragen.answers import answer_key, extract_answer, majority_vote
+from evals.metrics import bootstrap_ci, expected_maj_at_k
+from paragen.answers import extract_answer, majority_vote
 from paragen.types import Trace
+
+if TYPE_CHECKING:
+    from evals.records import EvalRecord
 
 OFFLINE = "offline estimate"
 Scorer = Callable[[Trace], float]
@@ -33,55 +39,62 @@ class BankProblem:
     answers: list[str | None]
 
 
-def bank_from_record(record: dict[str, Any]) -> BankProblem:
-    """The finished ("ok") samples of a record, in start order, with their extracted answers."""
-    mode = record.get("grading_mode", "auto")
-    traces = [Trace.model_validate(t) for t in record["result"]["traces"]]
+def finish_order(trace: Trace) -> tuple[float, int]:
+    """When a sample finished: the order in which a live vote received it."""
+    return (math.inf if trace.end is None else trace.end, trace.id)
+
+
+def bank_from_record(record: EvalRecord) -> BankProblem:
+    """The finished ("ok") samples of a record, in the order they finished, with their answers."""
     samples = sorted(
-        (t for t in traces if t.kind == "sample" and t.status == "ok"), key=lambda t: (t.start, t.id)
+        (t for t in record.result.traces if t.kind == "sample" and t.status == "ok"), key=finish_order
     )
+    mode = record.grading_mode
     answers = [t.answer if t.answer is not None else extract_answer(t.text, mode) for t in samples]
-    return BankProblem(str(record["problem"]["id"]), record["problem"].get("gold"), samples, answers)
+    return BankProblem(record.problem.id, record.problem.gold, samples, answers)
 
 
 def pairs_to_grade(bank: Sequence[BankProblem]) -> list[tuple[str, str]]:
-    """The distinct (answer, gold) pairs the bank needs verdicts for."""
-    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    """The distinct (answer, gold) pairs the bank needs verdicts for.
+
+    Answers are graded as written, not by their voting key: the live vote's winner is
+    graded as written, and two spellings with one key ("1,000", "1000") could grade apart.
+    """
+    seen: dict[tuple[str, str], None] = {}
     for item in bank:
         if item.gold is None:
             continue
         for answer in item.answers:
             if answer is not None:
-                seen.setdefault((answer_key(answer), item.gold), (answer, item.gold))
-    return list(seen.values())
+                seen.setdefault((answer, item.gold), None)
+    return list(seen)
 
 
 Verdicts = dict[tuple[str, str], bool]
-"""(answer key, gold) -> correct."""
+"""(answer as written, gold) -> correct."""
 
 
 def verdict_table(pairs: Sequence[tuple[str, str]], verdicts: Sequence[str]) -> Verdicts:
-    return {(answer_key(a), g): v == "correct" for (a, g), v in zip(pairs, verdicts, strict=True)}
+    return {pair: v == "correct" for pair, v in zip(pairs, verdicts, strict=True)}
 
 
 def _is_correct(item: BankProblem, answer: str | None, verdicts: Verdicts) -> bool:
-    return (
-        answer is not None and item.gold is not None and verdicts.get((answer_key(answer), item.gold), False)
-    )
+    return answer is not None and item.gold is not None and verdicts.get((answer, item.gold), False)
 
 
-def expected_majority(
-    item: BankProblem, k: int, verdicts: Verdicts, *, draws: int = 64, seed: int = 0
-) -> float:
-    """Chance that the majority of k samples drawn without replacement is correct (exact for k = n)."""
-    n = len(item.answers)
-    if n == 0:
-        return 0.0
-    if k >= n:
-        return float(_is_correct(item, majority_vote(item.answers), verdicts))
-    rng = random.Random(f"{seed}:{item.problem_id}:{k}")
-    wins = sum(_is_correct(item, majority_vote(rng.sample(item.answers, k)), verdicts) for _ in range(draws))
-    return wins / draws
+def expected_majority(item: BankProblem, k: int, verdicts: Verdicts) -> float:
+    """The exact chance that the vote over a random k-subset of the samples is correct.
+
+    ``k`` at or above the number of samples votes over all of them, as the live vote does.
+    """
+    return float(expected_maj_at_k(item.answers, lambda a: _is_correct(item, a, verdicts), k))
+
+
+def majority_ks(n: int) -> list[int]:
+    """The k of the maj@k rows: every k up to 16, then powers of two and n (exact counting costs ~k^3)."""
+    if n <= 16:
+        return list(range(1, n + 1))
+    return sorted({*(2**i for i in range(n.bit_length()) if 2**i <= n), n})
 
 
 def best_of(item: BankProblem, scorer: Scorer, verdicts: Verdicts) -> bool:
@@ -134,11 +147,17 @@ def deepconf_offline(item: BankProblem, verdicts: Verdicts, *, keep: float = 0.9
     return _is_correct(item, winner, verdicts)
 
 
-def offline_rows(bank: Sequence[BankProblem], verdicts: Verdicts, *, source: str) -> list[dict[str, Any]]:
-    """maj@k for every k <= n, best-of-n by mean logprob and DeepConf-offline, all labelled offline."""
-    n = min((len(b.answers) for b in bank), default=0)
+def offline_rows(
+    bank: Sequence[BankProblem], verdicts: Verdicts, *, source: str, n: int | None = None
+) -> list[dict[str, Any]]:
+    """maj@k for k <= n, best-of-n by mean logprob and DeepConf-offline, all labelled offline.
+
+    ``n`` is the strategy's n (default: the most samples any problem finished); a problem
+    with fewer finished samples votes over all it has at any larger k.
+    """
+    n = n if n is not None else max((len(b.answers) for b in bank), default=0)
     rows = []
-    for k in range(1, n + 1):
+    for k in majority_ks(n):
         scores = [expected_majority(b, k, verdicts) for b in bank]
         rows.append(_row(source, f"maj@{k}", k, scores))
     # Scoring by confidence needs logprobs; without them every score ties and the rows would

@@ -108,6 +108,10 @@ def eval_command(
     ] = None,
     split: Annotated[str, typer.Option(help="user hub data: split")] = "train",
     offline: Annotated[bool, typer.Option(help="use bundled copies, never the hub")] = False,
+    hub: Annotated[bool, typer.Option(help="use the hub copy or fail (no bundled fallback)")] = False,
+    new_run: Annotated[
+        bool, typer.Option(help="with --resume: record changed settings as a new run in the same folder")
+    ] = False,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
     plot: Annotated[bool, typer.Option(help="write pareto.png beside the records")] = True,
 ) -> None:
@@ -131,7 +135,8 @@ def eval_command(
             "max_concurrent": max_concurrent,
             "seed": seed,
             "progress": progress,
-            "offline": offline or None,
+            "source": _data_source(offline, hub),
+            "new_run": new_run,
         }
         records = run_sweep(task_obj, selection, settings)
     except ParagenError as exc:
@@ -139,25 +144,52 @@ def eval_command(
         return
     typer.echo(f"{len(records)} records in {out / 'records.jsonl'}")
     _show(out, fmt="table", do_regrade=False, plot=plot)
+    _end_of_run(records)
 
 
-def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[dict[str, Any]]:
+def _data_source(offline: bool, hub: bool) -> str:
+    if offline and hub:
+        raise ConfigError("--offline and --hub contradict each other", hint="give one of them")
+    return "bundled" if offline else "hub" if hub else "auto"
+
+
+def _end_of_run(records: list[Any]) -> None:
+    """Say how many records are backend failures; exit 1 when no problem got a result."""
+    from evals.runner import backend_failures
+
+    line = backend_failures(records)
+    if line is None:
+        return
+    typer.echo(line, err=True)
+    if all(r.grade.outcome == "error" for r in records):
+        typer.echo(
+            "no problem got a result: check that the backend is reachable and serves the API", err=True
+        )
+        raise typer.Exit(1)
+
+
+def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[Any]:
     """Load problems, build the backend and strategies, run the sweep; returns records in input order."""
     import anyio
 
     from evals.runner import EvalSpec, build_backend, build_combos, run_eval
-    from evals.tasks import load_problems
+    from evals.tasks import load_task
 
-    problems = load_problems(task, selection, offline=settings["offline"])
+    loaded = load_task(task, selection, source=settings["source"])
+    if loaded.source.note:
+        typer.echo(f"data: {loaded.source.describe()} ({loaded.source.note})", err=True)
     combos = build_combos(settings["strategies"], settings["ns"], settings["strategy_options"])
     backend = build_backend(settings["backend"], settings["backend_options"])
     spec = EvalSpec(
         task=task,
-        problems=problems,
+        problems=loaded.problems,
         combos=combos,
         out=settings["out"],
         backend_spec=settings["backend"],
+        data=loaded.source,
+        backend_options=settings["backend_options"],
         resume=settings["resume"],
+        new_run=settings["new_run"],
         max_concurrent=settings["max_concurrent"],
         sampling=settings["sampling"],
         budget=settings["budget"],
@@ -165,7 +197,7 @@ def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[dict[
         progress=settings["progress"],
     )
 
-    async def main() -> list[dict[str, Any]]:
+    async def main() -> list[Any]:
         try:
             return await run_eval(spec, backend)
         finally:
@@ -197,6 +229,8 @@ def _show(run: Path, *, fmt: str, do_regrade: bool, plot: bool) -> None:
     if not (run / "records.jsonl").exists():
         raise ConfigError(f"no records in {run}", hint="run `paragen eval ... --out RUN` first")
     report = build_report(run, do_regrade=do_regrade)
+    for note in report["notes"]:
+        typer.echo(note, err=True)
     if fmt == "table":
         print_report(report)
     else:

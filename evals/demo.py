@@ -2,8 +2,8 @@
 
 Runs arith and a GSM8K slice with several strategies on the in-process engine
 (SmolLM2-135M-Instruct on CPU), prints the tables and writes the Pareto plots. If the
-engine cannot be imported it says so loudly and falls back to the scripted backend's
-arithmetic responder, which is no model at all.
+model cannot be loaded it stops with one line saying why and exit code 1: the demo's
+numbers are a language model's or there are none (no scripted stand-in).
 """
 
 from __future__ import annotations
@@ -27,22 +27,23 @@ WANTED = ("single", "majority", "ffs")
 console = Console()
 
 
+class ModelUnavailable(Exception):
+    """The demo's model could not be loaded; the demo stops instead of running without it."""
+
+
 def make_backend() -> tuple[Backend, str]:
-    """The engine with its default model, else the scripted arithmetic responder (announced loudly)."""
+    """The engine with its default model; ModelUnavailable (with the cause) when it cannot load."""
     try:
         from paragen.backends.engine import EngineBackend
 
         engine: Backend = EngineBackend.from_spec(None)
-        return engine, "engine"
     except (ImportError, ParagenError, OSError) as exc:
-        console.rule("[bold red]ENGINE UNAVAILABLE")
-        console.print(f"[bold red]The engine backend could not be loaded: {type(exc).__name__}: {exc}")
-        console.print("[bold red]Falling back to the SCRIPTED backend's arithmetic responder: NO MODEL RUNS.")
-        console.print("[bold red]The numbers below measure the harness, not a language model.")
-        console.rule()
-        from paragen.backends.scripted import ScriptedBackend
-
-        return ScriptedBackend.from_spec(None), "scripted"
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ModelUnavailable(
+            f"the demo's model (the engine's default, SmolLM2-135M-Instruct) could not be loaded: "
+            f"{type(exc).__name__}: {cause} (run `make setup`, which installs it)"
+        ) from exc
+    return engine, "engine"
 
 
 def _register_builtin(name: str) -> bool:
@@ -91,16 +92,18 @@ def run_task(
     from evals.plots import plot_pareto
     from evals.report import build_report, print_report
     from evals.runner import EvalSpec, build_combos, run_eval
-    from evals.tasks import Selection, get_task, load_problems
+    from evals.tasks import Selection, get_task, load_task
 
     task = get_task(task_name)
-    problems = load_problems(task, Selection(limit=limit), offline=True)
+    loaded = load_task(task, Selection(limit=limit), source="bundled")
+    problems = loaded.problems
     spec_obj = EvalSpec(
         task=task,
         problems=problems,
         combos=build_combos(strategies, ns),
         out=out,
         backend_spec=spec,
+        data=loaded.source,
         max_concurrent=8,
         sampling=SamplingParams(max_tokens=max_tokens, temperature=0.7),
         budget=Budget(deadline_s=90.0),  # a stuck problem is recorded as "deadline", the demo goes on
@@ -136,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.gsm8k:
             gsm_strategies = [s for s in strategies if s in ("single", "majority")] or strategies[:1]
             run_task("gsm8k", args.gsm8k, gsm_strategies, ns[-1:], backend, spec, out / "gsm8k", 320)
+    except ModelUnavailable as exc:
+        print(f"make demo: {exc}", file=sys.stderr)
+        return 1
     except ParagenError as exc:
-        console.print(f"[red]{exc.one_line()}")
+        print(exc.one_line(), file=sys.stderr)
         return 2
     return 0
 

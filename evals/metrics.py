@@ -10,6 +10,7 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from typing import Any
 
 from paragen.answers import answer_key, majority_vote
@@ -49,6 +50,63 @@ def maj_at_k(answers: Sequence[str | None], is_correct: Callable[[str], bool], k
     """Whether the majority answer of the first ``k`` samples is correct (NO_ANSWER ignored)."""
     winner = majority_vote(list(answers[:k]))
     return winner is not None and is_correct(winner)
+
+
+def expected_maj_at_k(answers: Sequence[str | None], is_correct: Callable[[str], bool], k: int) -> Fraction:
+    """The exact chance that the majority vote of a uniformly random k-subset is correct.
+
+    The vote is :func:`paragen.answers.majority_vote` on the subset in its recorded order:
+    NO_ANSWER ignored, ties to the answer seen first, the winner written as its first
+    occurrence. So at ``k >= len(answers)`` this is 1 or 0, exactly the vote over all samples.
+
+    It counts subsets instead of drawing them: fix the position ``p`` where the winning
+    answer first appears in the subset and its count ``x``. The winner then takes ``p``
+    and ``x - 1`` of its later copies, skips its earlier ones, and every other answer has
+    fewer than ``x`` votes, or exactly ``x`` none of which come before ``p`` (else it
+    would win the tie). Each such subset is counted once, under its true winner and ``p``.
+    """
+    n = len(answers)
+    k = min(k, n)
+    if k <= 0:
+        return Fraction(0)
+    keys = [None if a is None else answer_key(a) for a in answers]
+    wins = 0
+    for p, answer in enumerate(answers):
+        if answer is not None and is_correct(answer):
+            wins += _subsets_won_at(keys, p, k)
+    return Fraction(wins, math.comb(n, k))
+
+
+def _subsets_won_at(keys: Sequence[str | None], p: int, k: int) -> int:
+    """How many k-subsets have their vote won by ``keys[p]``, with ``p`` its first chosen copy."""
+    own = keys[p]
+    later_own = sum(1 for key in keys[p + 1 :] if key == own)
+    no_answer = sum(1 for key in keys if key is None)
+    others: dict[str, list[int]] = {}  # key -> [copies before p, copies after p]
+    for i, key in enumerate(keys):
+        if key is not None and key != own:
+            others.setdefault(key, [0, 0])[i > p] += 1
+    total = 0
+    for x in range(1, min(k, later_own + 1) + 1):
+        room = k - x  # places left for the other answers and the NO_ANSWERs
+        poly = [math.comb(no_answer, t) for t in range(room + 1)]
+        for before, after in others.values():
+            group = [math.comb(before + after, t) for t in range(min(x - 1, room, before + after) + 1)]
+            if x <= min(room, after):
+                group += [0] * (x - len(group)) + [math.comb(after, x)]
+            poly = _times(poly, group, room)
+        total += math.comb(later_own, x - 1) * poly[room]
+    return total
+
+
+def _times(a: Sequence[int], b: Sequence[int], degree: int) -> list[int]:
+    """The product of two polynomials (coefficient lists), cut after ``degree``."""
+    out = [0] * (degree + 1)
+    for i, ai in enumerate(a):
+        if ai:
+            for j, bj in enumerate(b[: degree - i + 1]):
+                out[i + j] += ai * bj
+    return out
 
 
 def correct_by_key(verdicts: Mapping[str, bool]) -> Callable[[str], bool]:

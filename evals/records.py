@@ -1,37 +1,160 @@
-"""The run's records: one JSONL line per finished (task, problem, strategy, n), written at once.
+"""The run's records: one typed JSONL line per finished (task, problem, strategy, n, settings).
 
 Every line is appended, flushed and fsynced as soon as its problem finishes, so a killed
 run loses at most the problems in flight. A line cut short by the kill is dropped on the
-next open (the file is truncated back to its last full line), and ``--resume`` skips every
-key already recorded, so nothing is run twice and nothing is duplicated.
+next open (the file is truncated back to its last full line). Any other line that is not
+a valid :class:`EvalRecord` stops the reader with one line naming it: a report is never
+computed over a file that was silently skipped in part.
 
-A record holds the problem, the strategy's result with its raw traces and accounting,
-the grade, the strategy config, the run config (backend, sampling, seeds) and versions.
+A record's key holds what decides its result besides the problem: the strategy, its n
+and a ``settings_id``, a hash of the data, grading mode, backend, sampling, budget and the
+strategy's config. ``--resume`` skips every key already recorded with a result, and
+retries records whose outcome is ``error`` (the backend failed; that is not a result of
+the model), so the last record of a key is the one that counts.
+
+``run.json`` is a :class:`RunInfo`. A resume with the same settings keeps its ``run_id``
+and ``started_at``, adds the problems of this invocation to ``problems`` and the time to
+``resumed_at``. A resume with other settings is refused; ``--new-run`` records them as a
+new run in the same folder (a new ``run_id`` and ``settings_id``; the previous run's info
+moves to ``earlier``), and reports keep the two apart.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from paragen.config import Budget
 from paragen.errors import ConfigError
+from paragen.types import Problem, SamplingParams, StrategyResult
 
 RECORDS_FILE = "records.jsonl"
 RUN_FILE = "run.json"
-SCHEMA = 1
+SCHEMA = 2
+"""Version of the record and run.json layout (1: untyped records without settings or data source)."""
 
-Key = tuple[str, str, str, int]
-"""(task, problem id, strategy, n): what a record is unique by."""
+Key = tuple[str, str, str, int, str]
+"""(task, problem id, strategy, n, settings id): what a record is unique by."""
+
+RETRIED_OUTCOMES = frozenset({"error"})
+"""Outcomes that are not results: the backend failed, so resume runs the problem again."""
 
 
-def record_key(record: dict[str, Any]) -> Key:
-    return (str(record["task"]), str(record["problem"]["id"]), str(record["strategy"]), int(record["n"]))
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class DataSource(_Strict):
+    """Where a run's problems came from, precisely enough to get the same rows again."""
+
+    kind: Literal["hub", "bundled", "file", "generated"]
+    name: str  # hub id, bundled file name, file path, or the generator
+    revision: str | None = None  # hub revision asked for (None: the hub's main)
+    split: str | None = None
+    file_sha256: str | None = None  # sha256 of the file's bytes (bundled and user files)
+    rows_sha256: str  # sha256 of the rows as loaded (one canonical JSON line per row)
+    rows: int
+    note: str | None = None  # why this source and not another (e.g. the hub failed)
+
+    def describe(self) -> str:
+        where = f"{self.name}@{self.revision or 'main'}" if self.kind == "hub" else self.name
+        digest = self.file_sha256 or self.rows_sha256
+        return f"{self.kind} {where}, {self.rows} rows, sha256 {digest[:16]}"
+
+
+class GradeRecord(_Strict):
+    outcome: Literal[
+        "correct", "incorrect", "no_answer", "truncated", "error", "grader_timeout", "grader_error"
+    ]
+    correct: bool
+    answer: str | None
+    gold: str | None
+    cause: str | None = None
+
+
+class RunSettings(_Strict):
+    """What decides a run's results besides the problem and the strategy (hashed into keys)."""
+
+    task: str
+    data_sha256: str
+    grading_mode: str
+    backend: str
+    backend_options: dict[str, Any] = Field(default_factory=dict)
+    sampling: SamplingParams
+    budget: Budget
+
+
+class StrategyEntry(_Strict):
+    name: str
+    n: int
+    config: dict[str, Any]
+
+
+class RunInfo(_Strict):
+    """run.json: the run's settings, data source, problems and versions."""
+
+    schema_version: Literal[2] = Field(default=2, alias="schema")
+    run_id: str
+    started_at: float
+    resumed_at: list[float] = Field(default_factory=list)
+    settings: RunSettings
+    data: DataSource
+    strategies: list[StrategyEntry]
+    problems: list[str]
+    seed: int
+    max_concurrent: int
+    versions: dict[str, str]
+    earlier: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class EvalRecord(_Strict):
+    """One line of records.jsonl: a problem's result under one strategy, graded, with its settings."""
+
+    schema_version: Literal[2] = Field(default=2, alias="schema")
+    run_id: str
+    settings_id: str
+    task: str
+    grading_mode: Literal["auto", "boxed", "answer_is", "last_number"]
+    problem: Problem
+    strategy: str
+    n: int
+    strategy_config: dict[str, Any]
+    result: StrategyResult
+    grade: GradeRecord
+    backend: str
+    sampling: SamplingParams
+    seed: int
+    versions: dict[str, str]
+    recorded_at: float
+
+    @property
+    def key(self) -> Key:
+        return (self.task, self.problem.id, self.strategy, self.n, self.settings_id)
+
+    def to_line(self) -> str:
+        return self.model_dump_json(by_alias=True) + "\n"
+
+
+def record_key(record: EvalRecord) -> Key:
+    return record.key
+
+
+def settings_id(settings: RunSettings, strategy_config: dict[str, Any]) -> str:
+    """A short hash of everything that changes a record's result besides its problem."""
+    blob = json.dumps(
+        {"settings": settings.model_dump(mode="json"), "strategy": strategy_config}, sort_keys=True
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def versions() -> dict[str, str]:
@@ -46,35 +169,104 @@ def versions() -> dict[str, str]:
 
 
 @dataclass
+class RecordSet:
+    """A run's records as read: every valid line in order, and whether a torn last line was left out."""
+
+    records: list[EvalRecord] = field(default_factory=list)
+    torn_tail: bool = False
+
+    def latest(self) -> list[EvalRecord]:
+        """One record per key, the last written (a retried error is replaced by its retry)."""
+        by_key: dict[Key, EvalRecord] = {}
+        for record in self.records:
+            by_key.pop(record.key, None)
+            by_key[record.key] = record
+        return list(by_key.values())
+
+
+def records_path(run_dir: Path) -> Path:
+    return run_dir / RECORDS_FILE
+
+
+def load_records(run_dir: Path) -> RecordSet:
+    """Every record of a run; one ConfigError line naming the first line that is not a record."""
+    path = records_path(run_dir)
+    if not path.exists():
+        return RecordSet()
+    if not path.is_file():
+        raise ConfigError(f"{path} is not a file", hint="a run folder holds records.jsonl as a file")
+    found = RecordSet()
+    for number, line in _lines(path):
+        if not line.endswith("\n"):
+            found.torn_tail = True  # what a kill mid-write leaves; the writer cuts it off
+            break
+        found.records.append(parse_record(line, path, number))
+    return found
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            yield from enumerate(handle, start=1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+
+
+def parse_record(line: str, path: Path, number: int) -> EvalRecord:
+    where = f"{path} line {number}"
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where} is not JSON ({exc.msg})", hint="remove or repair that line") from None
+    if isinstance(data, dict) and data.get("schema") != SCHEMA and "schema" in data:
+        raise ConfigError(
+            f"{where} is a schema {data['schema']} record; this paragen reads schema {SCHEMA}",
+            hint="re-run the eval with this version",
+        )
+    try:
+        return EvalRecord.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{where} is not a valid record: {_first_error(exc)}") from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(part) for part in err["loc"]) or "the line"
+    more = exc.error_count() - 1
+    return f"{loc}: {err['msg']}" + (f" (and {more} more)" if more else "")
+
+
+def read_records(run_dir: Path) -> list[EvalRecord]:
+    return load_records(run_dir).records
+
+
+@dataclass
 class RecordWriter:
-    """Appends records durably; knows which keys are already recorded (for resume)."""
+    """Appends records durably; knows which keys hold a result already (for resume)."""
 
     path: Path
     done: set[Key]
 
     @classmethod
-    def open(cls, run_dir: Path, *, resume: bool) -> RecordWriter:
+    def open(cls, run_dir: Path) -> RecordWriter:
         run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / RECORDS_FILE
-        if path.exists() and path.stat().st_size and not resume:
-            raise ConfigError(
-                f"{path} already has records", hint="pass --resume to continue it, or pick a new --out"
-            )
+        path = records_path(run_dir)
         _drop_partial_line(path)
-        return cls(path, {record_key(r) for r in read_records(run_dir)})
+        latest = load_records(run_dir).latest()
+        return cls(path, {r.key for r in latest if r.grade.outcome not in RETRIED_OUTCOMES})
 
-    def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+    def append(self, record: EvalRecord) -> None:
         with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line)
+            handle.write(record.to_line())
             handle.flush()
             os.fsync(handle.fileno())
-        self.done.add(record_key(record))
+        if record.grade.outcome not in RETRIED_OUTCOMES:
+            self.done.add(record.key)
 
 
 def _drop_partial_line(path: Path) -> None:
     """Cut a last line left without its newline by a kill, so the next append starts clean."""
-    if not path.exists():
+    if not path.is_file():
         return
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
@@ -84,37 +276,76 @@ def _drop_partial_line(path: Path) -> None:
             os.fsync(handle.fileno())
 
 
-def iter_records(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """Every complete record of a run, in the order written (a torn last line is skipped)."""
-    path = run_dir / RECORDS_FILE if run_dir.is_dir() else run_dir
-    if not path.exists():
-        return
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.endswith("\n"):
-                break
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue
+def prepare_run(run_dir: Path, fresh: RunInfo, *, resume: bool, new_run: bool) -> RunInfo:
+    """The run info to write for this invocation; refuses what would mix or lose results.
+
+    Checked before anything is written: an existing run needs ``--resume``; a resume whose
+    settings differ from the recorded ones needs ``--new-run``.
+    """
+    path = records_path(run_dir)
+    has_records = path.exists() and (not path.is_file() or path.stat().st_size > 0)
+    if has_records and not (resume or new_run):
+        raise ConfigError(
+            f"{path} already has records", hint="pass --resume to continue it, or pick a new --out"
+        )
+    old = read_run_info(run_dir) if (run_dir / RUN_FILE).exists() else None
+    if old is None:
+        return fresh
+    change = _settings_change(old, fresh)
+    if change is None:
+        problems = old.problems + [p for p in fresh.problems if p not in set(old.problems)]
+        return old.model_copy(update={"problems": problems, "resumed_at": [*old.resumed_at, time.time()]})
+    if not new_run:
+        raise ConfigError(
+            f"{run_dir} was recorded with other settings ({change})",
+            hint="pass --new-run to record them as a new run in the same folder, or pick a new --out",
+        )
+    earlier = [*old.earlier, old.model_dump(mode="json", by_alias=True, exclude={"earlier"})]
+    return fresh.model_copy(update={"earlier": earlier})
 
 
-def read_records(run_dir: Path) -> list[dict[str, Any]]:
-    return list(iter_records(run_dir))
+def _settings_change(old: RunInfo, new: RunInfo) -> str | None:
+    """The first setting that differs between two runs, as 'name: old -> new', or None."""
+    before, after = old.settings.model_dump(mode="json"), new.settings.model_dump(mode="json")
+    for name in before:
+        if before[name] != after[name]:
+            return f"{name}: {_short(before[name])} -> {_short(after[name])}"
+    configs = {(s.name, s.n): s.config for s in old.strategies}
+    for entry in new.strategies:
+        recorded = configs.get((entry.name, entry.n))
+        if recorded is not None and recorded != entry.config:
+            return f"{entry.name} n={entry.n} config: {_short(recorded)} -> {_short(entry.config)}"
+    return None
 
 
-def write_run_info(run_dir: Path, info: dict[str, Any]) -> None:
-    """The run's configuration beside its records (rewritten on resume with the same content)."""
+def _short(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def write_run_info(run_dir: Path, info: RunInfo) -> None:
+    """run.json, replaced atomically (see the module docstring for what a resume keeps)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     target = run_dir / RUN_FILE
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"schema": SCHEMA, **info}, indent=2, sort_keys=True), encoding="utf-8")
+    tmp.write_text(info.model_dump_json(by_alias=True, indent=2), encoding="utf-8")
     os.replace(tmp, target)
 
 
-def read_run_info(run_dir: Path) -> dict[str, Any]:
+def read_run_info(run_dir: Path) -> RunInfo:
     target = run_dir / RUN_FILE
-    if not target.exists():
-        return {}
-    info: dict[str, Any] = json.loads(target.read_text(encoding="utf-8"))
-    return info
+    try:
+        return RunInfo.model_validate_json(target.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {target}: {exc.strerror or exc}") from None
+    except ValidationError as exc:
+        raise ConfigError(f"{target} is not a valid run.json: {_first_error(exc)}") from None
+
+
+def run_infos(run_dir: Path) -> Sequence[RunInfo]:
+    """The current run of the folder and the earlier ones (``--new-run``), oldest first."""
+    if not (run_dir / RUN_FILE).is_file():
+        return []
+    current = read_run_info(run_dir)
+    return [*(RunInfo.model_validate(e) for e in current.earlier), current]

@@ -20,63 +20,67 @@ from rich.table import Table
 from evals import bank as sample_bank
 from evals.grading import Grader
 from evals.metrics import Point, ProblemStats, matched_cost, summarize
-from evals.records import read_records
-from paragen.types import StrategyResult
+from evals.records import EvalRecord, GradeRecord, RunInfo, load_records, records_path, run_infos
+from paragen.errors import ConfigError
 
-GroupKey = tuple[str, str, int]
+GroupKey = tuple[str, str, int, str]
+"""(task, strategy, n, settings id): one row of the report."""
 
 
-def regrade(records: list[dict[str, Any]], grader: Grader) -> list[dict[str, Any]]:
+def regrade(records: list[EvalRecord], grader: Grader) -> list[EvalRecord]:
     """The records with their grades recomputed from the recorded answers (no model involved)."""
-    items = [(StrategyResult.model_validate(r["result"]), r["problem"].get("gold")) for r in records]
-    grades = grader.grade_many(items)
-    return [{**r, "grade": g.as_dict()} for r, g in zip(records, grades, strict=True)]
+    grades = grader.grade_many([(r.result, r.problem.gold) for r in records])
+    return [
+        r.model_copy(update={"grade": GradeRecord.model_validate(g.as_dict())})
+        for r, g in zip(records, grades, strict=True)
+    ]
 
 
-def problem_stats(record: dict[str, Any]) -> ProblemStats:
-    usage = record["result"]["usage"]
+def problem_stats(record: EvalRecord) -> ProblemStats:
+    usage = record.result.usage
     return ProblemStats(
-        correct=bool(record["grade"]["correct"]),
-        latency_s=float(usage["latency_s"]),
-        total_tokens=int(usage["total_tokens"]),
-        sequential_tokens=int(usage["sequential_tokens"]),
-        wasted_tokens=int(usage["wasted_tokens"]),
-        prompt_tokens=int(usage["prompt_tokens"]),
-        cached_prompt_tokens=usage.get("cached_prompt_tokens"),
-        outcome=str(record["grade"]["outcome"]),
+        correct=record.grade.correct,
+        latency_s=usage.latency_s,
+        total_tokens=usage.total_tokens,
+        sequential_tokens=usage.sequential_tokens,
+        wasted_tokens=usage.wasted_tokens,
+        prompt_tokens=usage.prompt_tokens,
+        cached_prompt_tokens=usage.cached_prompt_tokens,
+        outcome=record.grade.outcome,
     )
 
 
-def group_records(records: Sequence[dict[str, Any]]) -> dict[GroupKey, list[dict[str, Any]]]:
-    """Records by (task, strategy, n), in first-seen order."""
-    groups: dict[GroupKey, list[dict[str, Any]]] = {}
+def group_records(records: Sequence[EvalRecord]) -> dict[GroupKey, list[EvalRecord]]:
+    """Records by (task, strategy, n, settings), in first-seen order."""
+    groups: dict[GroupKey, list[EvalRecord]] = {}
     for record in records:
-        groups.setdefault((record["task"], record["strategy"], int(record["n"])), []).append(record)
+        groups.setdefault((record.task, record.strategy, record.n, record.settings_id), []).append(record)
     return groups
 
 
-def summary_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (task, strategy, n): accuracy with CI, latency, tokens, outcome counts."""
+def summary_rows(records: Sequence[EvalRecord]) -> list[dict[str, Any]]:
+    """One row per (task, strategy, n, settings): accuracy with CI, latency, tokens, outcome counts."""
     rows = []
-    for (task, strategy, n), group in group_records(records).items():
+    for (task, strategy, n, sid), group in group_records(records).items():
         summary = summarize([problem_stats(r) for r in group])
-        rows.append({"task": task, "strategy": strategy, "n": n, "label": "live", **summary.as_dict()})
+        ids = {"settings_id": sid, "run_id": group[0].run_id}
+        rows.append({"task": task, "strategy": strategy, "n": n, **ids, "label": "live", **summary.as_dict()})
     return rows
 
 
-def offline_rows(records: Sequence[dict[str, Any]], grader: Grader) -> list[dict[str, Any]]:
-    """Sample-bank estimates for every group whose records hold two or more finished samples."""
+def offline_rows(records: Sequence[EvalRecord], grader: Grader) -> list[dict[str, Any]]:
+    """Sample-bank estimates for every group of a strategy with n >= 2 whose samples hold answers."""
     banks = {}
     for key, group in group_records(records).items():
         items = [sample_bank.bank_from_record(r) for r in group]
-        if min(len(b.answers) for b in items) >= 2:
+        if key[2] >= 2 and max(len(b.answers) for b in items) >= 2:
             banks[key] = items
     pairs = [p for items in banks.values() for p in sample_bank.pairs_to_grade(items)]
     verdicts = sample_bank.verdict_table(pairs, grader.compare_many(pairs))
     rows = []
-    for (task, strategy, n), items in banks.items():
-        for row in sample_bank.offline_rows(items, verdicts, source=f"{strategy} n={n}"):
-            rows.append({"task": task, **row})
+    for (task, strategy, n, sid), items in banks.items():
+        for row in sample_bank.offline_rows(items, verdicts, source=f"{strategy} n={n}", n=n):
+            rows.append({"task": task, "settings_id": sid, **row})
     return rows
 
 
@@ -90,8 +94,14 @@ def matched_rows(rows: Sequence[dict[str, Any]], axis: str) -> list[dict[str, An
 
 
 def build_report(run_dir: Path, *, do_regrade: bool = False, workers: int = 2) -> dict[str, Any]:
-    """Everything a report shows, as plain data."""
-    records = read_records(run_dir)
+    """Everything a report shows, as plain data; one ConfigError line when the records cannot be used."""
+    found = load_records(run_dir)
+    if not found.records:
+        raise ConfigError(
+            f"{records_path(run_dir)} holds no complete record", hint="the run recorded nothing yet"
+        )
+    records = found.latest()
+    notes = [f"{records_path(run_dir)}: the last line is incomplete (a killed run) and was left out"]
     with Grader(workers=workers) as grader:
         if do_regrade:
             records = regrade(records, grader)
@@ -100,11 +110,18 @@ def build_report(run_dir: Path, *, do_regrade: bool = False, workers: int = 2) -
     return {
         "run": str(run_dir),
         "regraded": do_regrade,
+        "runs": [_run_entry(info) for info in run_infos(run_dir)],
+        "notes": notes if found.torn_tail else [],
         "summary": rows,
         "offline": offline,
         "matched_total_tokens": matched_rows(rows, "total_tokens"),
         "matched_sequential_tokens": matched_rows(rows, "sequential_tokens"),
     }
+
+
+def _run_entry(info: RunInfo) -> dict[str, Any]:
+    return {"run_id": info.run_id, "task": info.settings.task, "backend": info.settings.backend,
+            "data": info.data.model_dump(mode="json"), "source": info.data.describe()}  # fmt: skip
 
 
 _COLUMNS = (
@@ -124,6 +141,7 @@ _COLUMNS = (
     ("cached", "cached_prompt_tokens", "{:.0f}"),
     ("tok/correct", "total_tokens_per_correct", "{:.0f}"),
     ("outcomes", "outcomes", "{}"),
+    ("run", "run_id", "{}"),
 )
 
 
@@ -170,8 +188,19 @@ def _matched_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list
     return ["budget (tokens)", *names], body
 
 
+def _run_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["run", "task", "backend", "data source", "sha256", "note"]
+    body = [
+        [r["run_id"], r["task"], r["backend"], r["source"].rsplit(", sha256", 1)[0],
+         r["data"]["file_sha256"] or r["data"]["rows_sha256"], r["data"]["note"] or "-"]
+        for r in report["runs"]
+    ]  # fmt: skip
+    return header, body
+
+
 def _sections(report: dict[str, Any]) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
     return [
+        ("Runs and their data", _run_cells(report)),
         ("Live runs" + (" (regraded)" if report["regraded"] else ""), table_cells(report["summary"])),
         ("Sample bank: offline estimates (not live runs)", _offline_cells(report["offline"])),
         ("Best accuracy at matched total tokens", _matched_cells(report["matched_total_tokens"])),

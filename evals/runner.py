@@ -3,7 +3,8 @@
 Configurations run one after another (so their latencies are not mixed up); within one,
 many problems are in flight under the orchestrator's limit. Each finished problem is
 graded (in the grader's process pool, reached through a thread) and appended to the
-records at once; the returned records are in input order.
+records at once; the returned records are in input order. A problem whose backend
+failed is recorded with outcome "error" and is not a result: ``--resume`` runs it again.
 """
 
 from __future__ import annotations
@@ -27,7 +28,22 @@ from rich.progress import (
 )
 
 from evals.grading import Grade, Grader
-from evals.records import Key, RecordWriter, read_records, record_key, versions, write_run_info
+from evals.records import (
+    RETRIED_OUTCOMES,
+    DataSource,
+    EvalRecord,
+    GradeRecord,
+    Key,
+    RecordWriter,
+    RunInfo,
+    RunSettings,
+    StrategyEntry,
+    load_records,
+    prepare_run,
+    settings_id,
+    versions,
+    write_run_info,
+)
 from evals.tasks.base import Task
 from paragen.backends.base import Backend
 from paragen.config import Budget, parse_backend_spec
@@ -94,12 +110,14 @@ class EvalSpec:
     combos: list[Combo]
     out: Path
     backend_spec: str
+    data: DataSource  # where ``problems`` came from (recorded in run.json, hashed into the settings)
+    backend_options: dict[str, Any] = field(default_factory=dict)
     resume: bool = False
+    new_run: bool = False  # with --resume: record other settings as a new run in the same folder
     max_concurrent: int = 8
     sampling: SamplingParams = field(default_factory=SamplingParams)
     budget: Budget = field(default_factory=Budget)  # per problem; a deadline records "deadline", never hangs
     seed: int = 0
-    task_source: str = ""
     progress: bool = True
     grader_workers: int = 2
 
@@ -120,10 +138,51 @@ class _Tally:
         return f"{combo.name} n={combo.n} acc={acc:.0%} tok={self.tokens}"
 
 
-async def run_eval(spec: EvalSpec, backend: Backend) -> list[dict[str, Any]]:
-    """Run the sweep, appending a record per finished problem; returns all records in input order."""
-    writer = RecordWriter.open(spec.out, resume=spec.resume)
-    run_info = _run_info(spec)
+_SECRET_HINTS = ("key", "secret", "password", "token", "auth")
+
+
+def run_settings(spec: EvalSpec) -> RunSettings:
+    """What decides the results besides problem and strategy (secrets never enter it)."""
+    options = {
+        k: v for k, v in spec.backend_options.items() if not any(h in k.lower() for h in _SECRET_HINTS)
+    }
+    return RunSettings(
+        task=spec.task.name,
+        data_sha256=spec.data.rows_sha256,
+        grading_mode=spec.task.grading,
+        backend=spec.backend_spec,
+        backend_options=options,
+        sampling=spec.sampling,
+        budget=spec.budget,
+    )
+
+
+def fresh_run_info(spec: EvalSpec) -> RunInfo:
+    return RunInfo(
+        run_id=uuid.uuid4().hex[:12],
+        started_at=time.time(),
+        settings=run_settings(spec),
+        data=spec.data,
+        strategies=[
+            StrategyEntry(name=c.name, n=c.n, config=c.strategy.config.model_dump(mode="json"))
+            for c in spec.combos
+        ],
+        problems=[p.id for p in spec.problems],
+        seed=spec.seed,
+        max_concurrent=spec.max_concurrent,
+        versions=versions(),
+    )
+
+
+async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
+    """Run the sweep, appending a record per finished problem; returns this sweep's records in input order.
+
+    Settings are checked against a recorded run before anything is written (see
+    :func:`evals.records.prepare_run`); problems recorded with a result are skipped and
+    problems recorded as backend errors are run again.
+    """
+    run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
+    writer = RecordWriter.open(spec.out)
     write_run_info(spec.out, run_info)
     orch = Orchestrator(
         backend, defaults=spec.sampling, budget=spec.budget, max_concurrent_problems=spec.max_concurrent
@@ -135,7 +194,12 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[dict[str, Any]]:
                 await _run_combo(spec, combo, orch, grader, writer, run_info, progress)
     finally:
         await anyio.to_thread.run_sync(grader.close)
-    return ordered_records(spec, read_records(spec.out))
+    return ordered_records(spec, run_info, load_records(spec.out).latest())
+
+
+def combo_key(spec: EvalSpec, run_info: RunInfo, combo: Combo, problem: Problem) -> Key:
+    sid = settings_id(run_info.settings, combo.strategy.config.model_dump(mode="json"))
+    return (spec.task.name, problem.id, combo.name, combo.n, sid)
 
 
 async def _run_combo(
@@ -144,10 +208,10 @@ async def _run_combo(
     orch: Orchestrator,
     grader: Grader,
     writer: RecordWriter,
-    run_info: dict[str, Any],
+    run_info: RunInfo,
     progress: Progress,
 ) -> None:
-    todo = [p for p in spec.problems if (spec.task.name, p.id, combo.name, combo.n) not in writer.done]
+    todo = [p for p in spec.problems if combo_key(spec, run_info, combo, p) not in writer.done]
     tally = _Tally()
     bar = progress.add_task(
         tally.text(combo), total=len(spec.problems), completed=len(spec.problems) - len(todo)
@@ -170,57 +234,51 @@ def make_record(
     problem: Problem,
     result: StrategyResult,
     grade: Grade,
-    run_info: dict[str, Any],
-) -> dict[str, Any]:
+    run_info: RunInfo,
+) -> EvalRecord:
     """One JSONL record: the problem, the raw result (traces included), the grade and the run's settings."""
-    return {
-        "schema": 1,
-        "run_id": run_info["run_id"],
-        "task": spec.task.name,
-        "grading_mode": spec.task.grading,
-        "problem": problem.model_dump(mode="json"),
-        "strategy": combo.name,
-        "n": combo.n,
-        "strategy_config": combo.strategy.config.model_dump(mode="json"),
-        "result": result.model_dump(mode="json"),
-        "grade": grade.as_dict(),
-        "backend": spec.backend_spec,
-        "sampling": spec.sampling.model_dump(mode="json"),
-        "seed": spec.seed,
-        "versions": run_info["versions"],
-        "recorded_at": time.time(),
-    }
+    config = combo.strategy.config.model_dump(mode="json")
+    return EvalRecord(
+        run_id=run_info.run_id,
+        settings_id=settings_id(run_info.settings, config),
+        task=spec.task.name,
+        grading_mode=spec.task.grading,
+        problem=problem,
+        strategy=combo.name,
+        n=combo.n,
+        strategy_config=config,
+        result=result,
+        grade=GradeRecord.model_validate(grade.as_dict()),
+        backend=spec.backend_spec,
+        sampling=spec.sampling,
+        seed=spec.seed,
+        versions=run_info.versions,
+        recorded_at=time.time(),
+    )
 
 
-def _run_info(spec: EvalSpec) -> dict[str, Any]:
-    return {
-        "run_id": uuid.uuid4().hex[:12],
-        "task": spec.task.name,
-        "task_source": spec.task_source,
-        "backend": spec.backend_spec,
-        "strategies": [
-            {"name": c.name, "n": c.n, "config": c.strategy.config.model_dump(mode="json")}
-            for c in spec.combos
-        ],
-        "problems": [p.id for p in spec.problems],
-        "sampling": spec.sampling.model_dump(mode="json"),
-        "budget": spec.budget.model_dump(mode="json"),
-        "seed": spec.seed,
-        "max_concurrent": spec.max_concurrent,
-        "versions": versions(),
-    }
-
-
-def ordered_records(spec: EvalSpec, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def ordered_records(spec: EvalSpec, run_info: RunInfo, records: Sequence[EvalRecord]) -> list[EvalRecord]:
     """Records of this sweep in input order: configuration by configuration, problem by problem."""
-    by_key: dict[Key, dict[str, Any]] = {record_key(r): r for r in records}
+    by_key: dict[Key, EvalRecord] = {r.key: r for r in records}
     ordered = []
     for combo in spec.combos:
         for problem in spec.problems:
-            found = by_key.get((spec.task.name, problem.id, combo.name, combo.n))
+            found = by_key.get(combo_key(spec, run_info, combo, problem))
             if found is not None:
                 ordered.append(found)
     return ordered
+
+
+def backend_failures(records: Sequence[EvalRecord]) -> str | None:
+    """A line saying how many records are backend errors (retried by --resume), or None if none are."""
+    errors = [r for r in records if r.grade.outcome in RETRIED_OUTCOMES]
+    if not errors:
+        return None
+    cause = errors[0].grade.cause or "backend error"
+    return (
+        f"{len(errors)} of {len(records)} records failed in the backend (first: {cause[:200]}); "
+        "they are not results: --resume runs them again"
+    )
 
 
 def _progress(enabled: bool) -> Progress:

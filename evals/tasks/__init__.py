@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from evals.tasks.base import DATA_DIR, Fields, HubSource, Selection, Task, hub_offline, load_problems
+from evals.tasks.base import DATA_DIR, Fields, HubSource, Task
+from evals.tasks.loading import LoadedTask, Selection, hub_offline, load_problems, load_rows, load_task
 from paragen.answers import ExtractMode
 from paragen.errors import ConfigError
 
@@ -80,10 +81,13 @@ __all__ = [
     "DATA_DIR",
     "Fields",
     "HubSource",
+    "LoadedTask",
     "Selection",
     "Task",
     "get_task",
     "hub_offline",
     "load_problems",
+    "load_rows",
+    "load_task",
     "task_names",
 ]

@@ -13,6 +13,7 @@ TASK = Task(
         # The commit other harnesses pin; the bundled copy is byte-identical to PRM800K's file.
         revision="6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be",
         fields=Fields("problem", "answer", "unique_id"),
+        rows=500,
     ),
     bundled="math500.jsonl",
     grading="boxed",

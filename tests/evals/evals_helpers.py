@@ -5,12 +5,13 @@ from __future__ import annotations
 import signal
 import time
 
+from evals.records import EvalRecord, GradeRecord
 from paragen.answers import extract_answer, majority_vote
 from paragen.context import RunContext
 from paragen.prompts import solve_messages
 from paragen.registry import STRATEGY_GROUP, register
 from paragen.strategy import BaseStrategy, StrategyConfig
-from paragen.types import Problem, StrategyResult
+from paragen.types import Problem, SamplingParams, StrategyResult, Trace
 
 
 class OneConfig(StrategyConfig):
@@ -64,3 +65,26 @@ def ignore_timer_and_hang(prediction: str, gold: str) -> bool:
     signal.signal(signal.SIGALRM, signal.SIG_IGN)
     time.sleep(60)
     return True
+
+
+def eval_record(pid: str, n: int = 1, *, outcome: str = "correct", settings_id: str = "s0") -> EvalRecord:
+    """A small valid record (for tests of the record file itself; sweeps make real ones)."""
+    trace = Trace(id=0, text="so \\boxed{2}", answer="2", finish_reason="stop", end=1.0)
+    result = StrategyResult(strategy="s", problem_id=pid, answer="2", traces=[trace])
+    return EvalRecord(
+        run_id="r0",
+        settings_id=settings_id,
+        task="t",
+        grading_mode="auto",
+        problem=Problem(id=pid, question="What is 1 + 1?", gold="2"),
+        strategy="s",
+        n=n,
+        strategy_config={"n": n},
+        result=result,
+        grade=GradeRecord(outcome=outcome, correct=outcome == "correct", answer="2", gold="2"),
+        backend="scripted",
+        sampling=SamplingParams(),
+        seed=0,
+        versions={},
+        recorded_at=0.0,
+    )

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import random
+from fractions import Fraction
+from itertools import combinations
 from typing import Any
+
+from evals_helpers import eval_record
 
 from evals.bank import (
     OFFLINE,
@@ -11,23 +16,30 @@ from evals.bank import (
     deepconf_offline,
     expected_majority,
     lowest_group_confidence,
+    majority_ks,
     mean_logprob,
     offline_rows,
     pairs_to_grade,
     verdict_table,
 )
+from evals.metrics import expected_maj_at_k
+from evals.records import EvalRecord
+from paragen.answers import majority_vote
 from paragen.types import Trace
 
 
-def _record(answers: list[str], logprobs: list[float], gold: str = "7") -> dict[str, Any]:
+def _record(answers: list[str], logprobs: list[float], gold: str = "7") -> EvalRecord:
     traces = [
         Trace(
-            id=i, text=f"so \\boxed{{{a}}}", start=0.0, end=1.0, logprobs=[lp] * 4, finish_reason="stop"
-        ).model_dump()
+            id=i, text=f"so \\boxed{{{a}}}", start=0.0, end=1.0 + i, logprobs=[lp] * 4, finish_reason="stop"
+        )
         for i, (a, lp) in enumerate(zip(answers, logprobs, strict=True))
     ]
-    traces.append(Trace(id=99, status="cancelled", text="\\boxed{7}", start=0.0, end=0.5).model_dump())
-    return {"problem": {"id": "p", "gold": gold}, "grading_mode": "boxed", "result": {"traces": traces}}
+    traces.append(Trace(id=99, status="cancelled", text="\\boxed{7}", start=0.0, end=0.5))
+    record = eval_record("p", n=len(answers))
+    problem = record.problem.model_copy(update={"gold": gold})
+    result = record.result.model_copy(update={"traces": traces})
+    return record.model_copy(update={"problem": problem, "result": result, "grading_mode": "boxed"})
 
 
 def _verdicts(bank: list[Any]) -> dict[tuple[str, str], bool]:
@@ -43,9 +55,10 @@ def test_bank_keeps_only_finished_samples() -> None:
 def test_majority_at_every_k() -> None:
     item = bank_from_record(_record(["7", "3", "3"], [-0.1, -2.0, -2.0]))
     verdicts = _verdicts([item])
-    assert abs(expected_majority(item, 1, verdicts) - 1 / 3) < 0.15  # 64 random draws of one sample
+    assert expected_majority(item, 1, verdicts) == 1 / 3  # exact: one sample in three is right
+    # pairs: {7,3} twice (7 finished first, so it wins the tie), {3,3} once
+    assert expected_majority(item, 2, verdicts) == 2 / 3
     assert expected_majority(item, 3, verdicts) == 0.0
-    assert expected_majority(item, 2, verdicts) == expected_majority(item, 2, verdicts)  # fixed seed
 
 
 def test_best_of_and_deepconf_use_confidence() -> None:
@@ -72,10 +85,36 @@ def test_offline_rows_are_labelled() -> None:
 def test_confidence_rows_need_logprobs() -> None:
     with_lp = bank_from_record(_record(["7", "3", "3"], [-0.1, -2.0, -2.0]))
     record = _record(["7", "3", "3"], [-0.1, -2.0, -2.0])
-    for trace in record["result"]["traces"]:
-        trace["logprobs"] = None
+    for trace in record.result.traces:
+        trace.logprobs = None
     without_lp = bank_from_record(record)
     methods = [r["method"] for r in offline_rows([with_lp], _verdicts([with_lp]), source="s")]
     assert "best_of_3(mean_logprob)" in methods and "deepconf_offline(keep=0.9)" in methods
     methods = [r["method"] for r in offline_rows([without_lp], _verdicts([without_lp]), source="s")]
     assert methods == ["maj@1", "maj@2", "maj@3"]  # no made-up confidence scores
+
+
+def test_samples_vote_in_the_order_they_finished() -> None:
+    record = _record(["3", "7"], [-1.0, -1.0])
+    first, second = record.result.traces[:2]
+    first.start, first.end, second.start, second.end = 0.0, 5.0, 1.0, 2.0  # started first, finished last
+    item = bank_from_record(record)
+    assert item.answers == ["7", "3"]
+    assert expected_majority(item, 2, _verdicts([item])) == 1.0  # the 1-1 tie goes to the first finished
+
+
+def test_exact_majority_at_k_equals_counting_every_subset() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(1, 8)
+        answers = [rng.choice([None, "1", "2", "2.0", "3", "4"]) for _ in range(n)]
+        right = {"2", "4"}  # "2.0" votes with "2" but, as written, grades apart
+        for k in range(1, n + 1):
+            subsets = list(combinations(answers, k))
+            wins = sum(1 for s in subsets if majority_vote(list(s)) in right)
+            assert expected_maj_at_k(answers, right.__contains__, k) == Fraction(wins, len(subsets))
+
+
+def test_majority_ks_are_every_k_then_powers_of_two() -> None:
+    assert majority_ks(4) == [1, 2, 3, 4]
+    assert majority_ks(24) == [1, 2, 4, 8, 16, 24]

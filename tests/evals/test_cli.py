@@ -45,7 +45,8 @@ def test_eval_writes_records_and_the_plot(run_dir: Path) -> None:
     assert len(lines) == 6 * 3  # t_single once (no n), t_vote at n=1 and n=3
     assert (run_dir / "pareto.png").stat().st_size > 10_000
     info = json.loads((run_dir / "run.json").read_text())
-    assert info["backend"] == "scripted" and "math-verify" in info["versions"]
+    assert info["settings"]["backend"] == "scripted" and "math-verify" in info["versions"]
+    assert info["schema"] == 2 and info["data"]["kind"] == "generated" and info["data"]["rows"] == 200
 
 
 def test_report_formats(run_dir: Path) -> None:
@@ -61,6 +62,7 @@ def test_report_formats(run_dir: Path) -> None:
         csv.reader(io.StringIO(runner.invoke(app, ["report", str(run_dir), "--format", "csv"]).stdout))
     )
     assert rows[0][:5] == ["task", "strategy", "n", "problems", "acc"] and len(rows) == 4
+    assert data["runs"][0]["data"]["kind"] == "generated" and data["runs"][0]["data"]["rows_sha256"]
     md = runner.invoke(app, ["report", str(run_dir), "--format", "md"]).stdout
     assert "### Live runs" in md and "| t_vote | 3 |" in md and "matched total tokens" in md
 

@@ -10,7 +10,7 @@ from evals_helpers import register_test_strategies
 
 from evals.records import read_records
 from evals.runner import EvalSpec, build_combos, run_eval
-from evals.tasks import Selection, get_task, load_problems
+from evals.tasks import Selection, get_task, load_task
 from paragen.backends.scripted import Script, ScriptedBackend, arithmetic_responder
 from paragen.types import GenerateRequest, SamplingParams
 
@@ -38,7 +38,8 @@ class FlakyResponder:
 async def test_eval_with_failing_requests_records_every_problem(tmp_path: Path) -> None:
     register_test_strategies()
     task = get_task("arith")
-    problems = load_problems(task, Selection(limit=40))
+    loaded = load_task(task, Selection(limit=40))
+    problems = loaded.problems
     responder = FlakyResponder()
     spec = EvalSpec(
         task=task,
@@ -46,6 +47,7 @@ async def test_eval_with_failing_requests_records_every_problem(tmp_path: Path) 
         combos=build_combos(["t_single", "t_vote"], [4]),
         out=tmp_path,
         backend_spec="scripted(flaky)",
+        data=loaded.source,
         max_concurrent=8,
         sampling=SamplingParams(seed=1),
         progress=False,
@@ -53,15 +55,13 @@ async def test_eval_with_failing_requests_records_every_problem(tmp_path: Path) 
     records = await run_eval(spec, ScriptedBackend(responder))
 
     assert len(records) == len(read_records(tmp_path)) == 80
-    assert [r["problem"]["id"] for r in records[:40]] == [p.id for p in problems]  # input order
+    assert [r.problem.id for r in records[:40]] == [p.id for p in problems]  # input order
     assert 0.1 < responder.failed / responder.calls < 0.3
-    errors = [t["error"] for r in records for t in r["result"]["traces"] if t["status"] == "error"]
+    errors = [t.error or "" for r in records for t in r.result.traces if t.status == "error"]
     assert len(errors) == responder.failed
     for needle in ("HTTP 500", "HTTP 429", "reset", "timeout", "malformed"):
         assert any(needle in e for e in errors), needle
-    single_errors = [
-        r["grade"] for r in records if r["strategy"] == "t_single" and r["grade"]["outcome"] == "error"
-    ]
-    assert single_errors and all(g["cause"] for g in single_errors)
-    assert {r["grade"]["outcome"] for r in records} <= {"correct", "incorrect", "error"}
-    assert sum(r["grade"]["correct"] for r in records) > 40  # the vote rides over failed siblings
+    single_errors = [r.grade for r in records if r.strategy == "t_single" and r.grade.outcome == "error"]
+    assert single_errors and all(g.cause for g in single_errors)
+    assert {r.grade.outcome for r in records} <= {"correct", "incorrect", "error"}
+    assert sum(r.grade.correct for r in records) > 40  # the vote rides over failed siblings

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evals.records import RECORDS_FILE, read_records, record_key
+from evals.records import RECORDS_FILE, EvalRecord, read_records, record_key
 
 ROOT = Path(__file__).resolve().parents[2]
 TOTAL = 12 * 2  # 12 problems x (t_single, t_vote n=3)
@@ -32,15 +32,15 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-def _essence(records: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+def _essence(records: list[EvalRecord]) -> set[tuple[Any, ...]]:
     """What must not depend on the kill: keys, answers, texts, grades (timings naturally differ)."""
     return {
         (
             record_key(r),
-            r["result"]["answer"],
-            r["result"]["text"],
-            r["grade"]["outcome"],
-            r["result"]["usage"]["total_tokens"],
+            r.result.answer,
+            r.result.text,
+            r.grade.outcome,
+            r.result.usage.total_tokens,
         )
         for r in records
     }

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.tasks import Selection, get_task, load_problems
+from evals.tasks import Selection, get_task, load_problems, load_rows
 from evals.tasks.arith import generate_rows
 from paragen.errors import ConfigError
 
@@ -15,8 +15,9 @@ from paragen.errors import ConfigError
 @pytest.mark.parametrize(("name", "rows"), [("gsm8k", 1219), ("math500", 500), ("aime24", 30), ("amc23", 40)])
 def test_bundled_benchmarks_load_offline(name: str, rows: int) -> None:
     task = get_task(name)
-    dataset, _, source = task.load(offline=True)
-    assert source.startswith("bundled:") and len(dataset) == rows
+    loaded = load_rows(task, "bundled")
+    assert loaded.source.kind == "bundled" and loaded.source.rows == len(loaded.rows) == rows
+    assert loaded.source.file_sha256 is not None and len(loaded.source.rows_sha256) == 64
     first = load_problems(task, Selection(limit=2), offline=True)
     assert len(first) == 2 and all(p.gold for p in first) and first[0].meta["task"] == name
 
@@ -26,6 +27,7 @@ def test_aime25_says_in_one_line_that_it_needs_the_hub() -> None:
         load_problems(get_task("aime25"), offline=True)
     line = info.value.one_line()
     assert "\n" not in line and "no bundled copy" in line and "held out" in line
+    assert "math-ai/aime25" in line and "--offline" in line
 
 
 def test_selection_offset_limit_ids_and_seeded_shuffle() -> None:
@@ -80,5 +82,5 @@ def test_bad_task_inputs_give_one_clear_error(tmp_path: Path) -> None:
         get_task("gsm8k", grading="fuzzy")
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"question": "x", "answer": "1"}) + "\n")
-    with pytest.raises(ConfigError, match="no text in field 'problem'"):
+    with pytest.raises(ConfigError, match="no question field 'problem'"):
         load_problems(get_task(str(bad)))
