@@ -113,7 +113,7 @@ def _from_file(task: Task, *, note: str | None) -> LoadedRows:
 
 def read_file(path: Path, file_format: str) -> Dataset:
     """A local file as a Dataset; an empty, malformed or unreadable file is one ConfigError line."""
-    from datasets import load_dataset
+    import datasets
 
     try:
         size = path.stat().st_size
@@ -125,10 +125,15 @@ def read_file(path: Path, file_format: str) -> Dataset:
         _check_json(path)
     elif file_format == "csv":
         _check_csv(path)
+    was_off = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # a local file loads in a blink; its bar would only clutter stderr
     try:
-        return load_dataset(file_format, data_files=str(path), split="train")
+        return datasets.load_dataset(file_format, data_files=str(path), split="train")
     except Exception as exc:  # pyarrow / datasets errors for files they cannot parse
         raise ConfigError(f"cannot read task file {path} as {file_format}: {_brief(exc)}") from exc
+    finally:
+        if not was_off:
+            datasets.enable_progress_bars()
 
 
 def _check_json(path: Path) -> None:
