@@ -9,6 +9,7 @@ from pathlib import Path
 
 import datasets
 import pytest
+from click.testing import Result
 from typer.testing import CliRunner
 
 from evals.cli import app
@@ -41,13 +42,10 @@ BAD_DATA: list[tuple[str, str | Callable[[Path], None], list[str], str]] = [
 ]
 
 
-def _assert_one_line_exit_2(result: object, needle: str) -> None:
-    exit_code, stderr = result.exit_code, result.stderr  # type: ignore[attr-defined]
-    assert exit_code == 2, (exit_code, stderr, result.stdout)  # type: ignore[attr-defined]
-    assert needle in stderr and stderr.strip().count("\n") == 0, stderr
-    assert ("Traceback" not in stderr and result.exception is None) or isinstance(
-        result.exception, SystemExit
-    )  # type: ignore[attr-defined]
+def _assert_one_line_exit_2(result: Result, needle: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.stderr, result.stdout)
+    assert needle in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr
+    assert "Traceback" not in result.stderr and isinstance(result.exception, SystemExit)
 
 
 @pytest.mark.parametrize(("name", "content", "extra", "needle"), BAD_DATA)
