@@ -9,8 +9,7 @@ from pathlib import Path
 
 import datasets
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from evals.cli import app
 from evals.records import RECORDS_FILE, RUN_FILE
