@@ -31,19 +31,20 @@ class ModelUnavailable(Exception):
     """The demo's model could not be loaded; the demo stops instead of running without it."""
 
 
-def make_backend() -> tuple[Backend, str]:
-    """The engine with its default model; ModelUnavailable (with the cause) when it cannot load."""
+def make_backend(model: str | None = None) -> tuple[Backend, str]:
+    """The engine with ``model`` (None: its default); ModelUnavailable, with the cause, if it cannot load."""
+    name = model or "the engine's default, SmolLM2-135M-Instruct"
     try:
         from paragen.backends.engine import EngineBackend
 
-        engine: Backend = EngineBackend.from_spec(None)
+        engine: Backend = EngineBackend.from_spec(model)
     except (ImportError, ParagenError, OSError) as exc:
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise ModelUnavailable(
-            f"the demo's model (the engine's default, SmolLM2-135M-Instruct) could not be loaded: "
-            f"{type(exc).__name__}: {cause} (run `make setup`, which installs it)"
+            f"the demo's model ({name}) could not be loaded: {type(exc).__name__}: {cause} "
+            "(`make setup` installs the default one); no numbers are shown without the model"
         ) from exc
-    return engine, "engine"
+    return engine, "engine" if model is None else f"engine:{model}"
 
 
 def _register_builtin(name: str) -> bool:
@@ -126,12 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", default="4,8")
     parser.add_argument("--strategies", default=",".join(WANTED))
     parser.add_argument("--max-tokens", type=int, default=192)
+    parser.add_argument("--model", default=None, help="engine model (default: SmolLM2-135M-Instruct)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the demo runs on bundled copies
     if console.width < 150 and not console.is_terminal:
         console.width = 200
     try:
-        backend, spec = make_backend()
+        backend, spec = make_backend(args.model)
         strategies = pick_strategies([s.strip() for s in args.strategies.split(",") if s.strip()])
         ns = [int(n) for n in args.n.split(",")]
         out = Path(args.out)
