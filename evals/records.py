@@ -12,9 +12,9 @@ strategy's config. ``--resume`` skips every key already recorded with a result, 
 retries records whose outcome is ``error`` (the backend failed; that is not a result of
 the model), so the last record of a key is the one that counts.
 
-``run.json`` is a :class:`RunInfo`. A resume with the same settings keeps its ``run_id``
-and ``started_at``, adds the problems of this invocation to ``problems`` and the time to
-``resumed_at``. A resume with other settings is refused; ``--new-run`` records them as a
+``run.json`` is a :class:`RunInfo`. A resume with the same settings keeps its ``run_id``,
+``started_at`` and settings, adds the problems and strategies of this invocation that are
+new to ``problems`` and ``strategies``, and the time to ``resumed_at``. A resume with other settings is refused; ``--new-run`` records them as a
 new run in the same folder (a new ``run_id`` and ``settings_id``; the previous run's info
 moves to ``earlier``), and reports keep the two apart.
 """
@@ -293,8 +293,13 @@ def prepare_run(run_dir: Path, fresh: RunInfo, *, resume: bool, new_run: bool) -
         return fresh
     change = _settings_change(old, fresh)
     if change is None:
-        problems = old.problems + [p for p in fresh.problems if p not in set(old.problems)]
-        return old.model_copy(update={"problems": problems, "resumed_at": [*old.resumed_at, time.time()]})
+        known, combos = set(old.problems), {(s.name, s.n) for s in old.strategies}
+        update = {
+            "problems": old.problems + [p for p in fresh.problems if p not in known],
+            "strategies": old.strategies + [s for s in fresh.strategies if (s.name, s.n) not in combos],
+            "resumed_at": [*old.resumed_at, time.time()],
+        }
+        return old.model_copy(update=update)
     if not new_run:
         raise ConfigError(
             f"{run_dir} was recorded with other settings ({change})",

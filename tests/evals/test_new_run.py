@@ -18,13 +18,15 @@ def test_a_plain_resume_keeps_the_run_id_and_adds_problems(tmp_path: Path) -> No
     out = tmp_path / "run"
     assert runner.invoke(app, [*BASE, "--limit", "2", "--out", str(out)]).exit_code == 0
     first = read_run_info(out)
-    result = runner.invoke(app, [*BASE, "--limit", "4", "--out", str(out), "--resume"])
+    more = ["--limit", "4", "-s", "single,majority", "--n", "2"]
+    result = runner.invoke(app, [*BASE, *more, "--out", str(out), "--resume"])
     assert result.exit_code == 0, result.output
     after = read_run_info(out)
     assert after.run_id == first.run_id and after.started_at == first.started_at
     assert len(after.resumed_at) == 1 and len(after.problems) == 4
+    assert [(s.name, s.n) for s in after.strategies] == [("single", 1), ("majority", 2)]
     assert {r.run_id for r in load_records(out).records} == {first.run_id}
-    assert len(load_records(out).records) == 4  # two recorded, two new: nothing run twice
+    assert len(load_records(out).records) == 4 + 4  # single: two recorded, two new; majority: four
 
 
 def test_new_run_records_other_settings_beside_the_first(tmp_path: Path) -> None:
