@@ -14,9 +14,10 @@ the model), so the last record of a key is the one that counts.
 
 ``run.json`` is a :class:`RunInfo`. A resume with the same settings keeps its ``run_id``,
 ``started_at`` and settings, adds the problems and strategies of this invocation that are
-new to ``problems`` and ``strategies``, and the time to ``resumed_at``. A resume with other settings is refused; ``--new-run`` records them as a
-new run in the same folder (a new ``run_id`` and ``settings_id``; the previous run's info
-moves to ``earlier``), and reports keep the two apart.
+new to ``problems`` and ``strategies``, and the time to ``resumed_at``. A resume with
+other settings is refused; ``--new-run`` records them as a new run in the same folder (a
+new ``run_id`` and ``settings_id``; the previous run's info moves to ``earlier``), and
+reports keep the two apart.
 """
 
 from __future__ import annotations
