@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import os
 import socket
@@ -160,14 +161,14 @@ def _check_json(path: Path) -> None:
 
 
 def _check_csv(path: Path) -> None:
-    reader = csv.reader(_text(path).splitlines())
+    reader = csv.reader(io.StringIO(_text(path), newline=""))  # quoted fields may hold newlines
     header = next(reader, None)
     if not header:
         raise ConfigError(f"task file {path} is empty")
-    for number, row in enumerate(reader, start=2):
+    for row in reader:
         if row and len(row) != len(header):
             raise ConfigError(
-                f"task file {path} line {number} has {len(row)} fields, the header has {len(header)}"
+                f"task file {path} line {reader.line_num} has {len(row)} fields, the header has {len(header)}"
             )
 
 

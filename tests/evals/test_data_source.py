@@ -112,3 +112,10 @@ def test_bad_user_data_is_refused_in_one_line(
         load_task(get_task(str(path), **extra))
     line = info.value.one_line()
     assert needle in line and "\n" not in line, line
+
+
+def test_a_quoted_csv_field_may_hold_a_newline(tmp_path: Path) -> None:
+    path = tmp_path / "multi.csv"
+    path.write_text('problem,answer\n"Line one.\nWhat is 1 + 1?",2\nWhat is 2 + 2?,4\n')
+    problems = load_task(get_task(str(path))).problems
+    assert [p.gold for p in problems] == ["2", "4"] and "\n" in problems[0].question
