@@ -119,3 +119,22 @@ def test_a_quoted_csv_field_may_hold_a_newline(tmp_path: Path) -> None:
     path.write_text('problem,answer\n"Line one.\nWhat is 1 + 1?",2\nWhat is 2 + 2?,4\n')
     problems = load_task(get_task(str(path))).problems
     assert [p.gold for p in problems] == ["2", "4"] and "\n" in problems[0].question
+
+
+def test_report_prints_each_runs_data_source_and_hash(tmp_path: Path) -> None:
+    import hashlib
+
+    from typer.testing import CliRunner
+
+    from evals.cli import app
+
+    path = tmp_path / "mine.jsonl"
+    path.write_text(
+        "".join(json.dumps({"problem": f"What is {i} + 1?", "answer": i + 1}) + "\n" for i in range(2))
+    )
+    out = tmp_path / "run"
+    cli = CliRunner()
+    args = ["eval", "-t", str(path), "-s", "single", "--backend", "scripted", "--no-progress", "--no-plot"]
+    assert cli.invoke(app, [*args, "--out", str(out)]).exit_code == 0
+    shown = cli.invoke(app, ["report", str(out)], terminal_width=400).stdout
+    assert hashlib.sha256(path.read_bytes()).hexdigest() in shown and "2 rows" in shown
