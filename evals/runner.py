@@ -65,16 +65,18 @@ def build_combos(
 
 def _combos_over_n(name: str, ns: Sequence[int], extra: dict[str, Any]) -> list[Combo]:
     """One combo per n; a strategy whose ``n`` only admits 1 (e.g. single) runs once at n=1."""
-    if not _admits_many(name, extra):
+    if not _admits_many(name):
         return [Combo(name, 1, build_strategy(name, {**extra, "n": 1}))]
     return [Combo(name, n, build_strategy(name, {**extra, "n": n})) for n in ns]
 
 
-def _admits_many(name: str, extra: dict[str, Any]) -> bool:
-    try:
-        build_strategy(name, {**extra, "n": 2})
-    except ConfigError:
-        return False
+def _admits_many(name: str) -> bool:
+    """Whether the strategy's ``n`` field allows more than 1, read from its bounds (nothing is built,
+    so a constraint tied to n, like ffs_k's k <= n, is checked at each real n instead)."""
+    for bound in load_strategy(name).Config.model_fields["n"].metadata:
+        le, lt = getattr(bound, "le", None), getattr(bound, "lt", None)
+        if (le is not None and le < 2) or (lt is not None and lt <= 2):
+            return False
     return True
 
 
