@@ -124,12 +124,13 @@ class _Tally:
 
 async def run_eval(spec: EvalSpec, backend: Backend) -> list[dict[str, Any]]:
     """Run the sweep, appending a record per finished problem; returns all records in input order."""
-    writer = RecordWriter.open(spec.out, resume=spec.resume)
-    run_info = _run_info(spec)
-    write_run_info(spec.out, run_info)
+    # The orchestrator first: it refuses bad limits before the run folder is touched.
     orch = Orchestrator(
         backend, defaults=spec.sampling, budget=spec.budget, max_concurrent_problems=spec.max_concurrent
     )
+    writer = RecordWriter.open(spec.out, resume=spec.resume)
+    run_info = _run_info(spec)
+    write_run_info(spec.out, run_info)
     grader = Grader(workers=spec.grader_workers)
     try:
         with _progress(spec.progress) as progress:

@@ -40,12 +40,15 @@ def execute_run(
 
     result = anyio.run(go)
     _fail_if_nothing_ran(result)
-    if out is not None:
-        write_atomic(out, result.model_dump_json(indent=2))
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
         show(result)
+    if out is not None:  # checked before the run; shown first, so a late failure loses nothing
+        try:
+            write_atomic(out, result.model_dump_json(indent=2))
+        except OSError as exc:
+            raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
 def cli_problem(question: str) -> Problem:

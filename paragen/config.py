@@ -33,7 +33,8 @@ def parse_backend_spec(spec: str) -> tuple[str, str | None]:
         raise ConfigError("empty backend spec", hint="use e.g. 'engine' or 'openai:http://localhost:8000/v1'")
     kind, sep, target = spec.partition(":")
     if not kind.isidentifier():
-        raise ConfigError(f"bad backend spec {spec!r}", hint="the form is KIND[:TARGET], e.g. 'openai:URL'")
+        shown = f"{kind}{sep}{split_credentials(target)[0] if sep else ''}"
+        raise ConfigError(f"bad backend spec {shown!r}", hint="the form is KIND[:TARGET], e.g. 'openai:URL'")
     return kind, (target or None) if sep else None
 
 

@@ -433,3 +433,21 @@ def test_option_values_are_read_as_the_fields_type() -> None:
     anyio.run(backend.aclose)
     grouped = parse_strategy_options(["n=4", "ffs.k=2", "ffs.order=last"], ["ffs", "majority"])
     assert grouped == {"ffs": {"n": 4, "k": 2, "order": "last"}, "majority": {"n": 4}}
+
+
+def test_eval_api_refuses_zero_concurrency_before_writing(tmp_path: Path) -> None:
+    from evals.runner import EvalSpec, build_combos, run_eval
+    from evals.tasks import Selection, get_task, load_problems
+
+    task = get_task("arith")
+    spec = EvalSpec(
+        task=task,
+        problems=load_problems(task, Selection(limit=2), offline=True),
+        combos=build_combos(["single"], [1]),
+        out=tmp_path / "run",
+        backend_spec="scripted",
+        max_concurrent=0,
+    )
+    with pytest.raises(ValueError, match="max_concurrent_problems"):
+        anyio.run(run_eval, spec, ScriptedBackend())
+    assert not (tmp_path / "run").exists()

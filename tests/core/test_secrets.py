@@ -145,3 +145,8 @@ def test_url_credentials_become_the_key() -> None:
     assert split_credentials("http://TOKEN@host/v1") == ("http://host/v1", "TOKEN")
     assert split_credentials("http://host/v1") == ("http://host/v1", None)
     assert split_credentials("model.gguf") == ("model.gguf", None)
+
+
+def test_a_bad_spec_does_not_echo_url_credentials(tmp_path: Path) -> None:
+    done = paragen(["run", Q, "-b", f"1x:http://u:{KEY}@127.0.0.1:9/v1"], tmp_path)
+    assert done.returncode == 2 and "bad backend spec" in done.stderr and KEY not in done.stderr
