@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
 from paragen.cli_options import (
     BackendOpt,
@@ -32,6 +31,7 @@ from paragen.cli_options import (
     choose_backend,
     parse_strategy_options,
     unique,
+    validated,
 )
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
@@ -59,22 +59,6 @@ def parse_ns(text: str) -> list[int]:
 def _fail(exc: ParagenError) -> None:
     typer.echo(exc.one_line(), err=True)
     raise typer.Exit(2)
-
-
-def _sampling(max_tokens: int, temperature: float, sample_seed: int | None) -> SamplingParams:
-    try:
-        return SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=sample_seed)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(f"bad sampling option {err['loc'][0]}: {err['msg']}") from None
-
-
-def _budget(deadline_s: float | None, max_total_tokens: int | None) -> Budget:
-    try:
-        return Budget(deadline_s=deadline_s, max_total_tokens=max_total_tokens)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(f"bad budget option {err['loc'][0]}: {err['msg']}") from None
 
 
 def _at_least(value: int | None, least: int, flag: str) -> None:
@@ -144,8 +128,8 @@ def eval_command(
             "ns": unique(parse_ns(ns), "--n"),
             "backend": choose_backend(backend, model=model, base_url=base_url, options=backend_opt),
             "strategy_options": parse_strategy_options(strategy_opt, names),
-            "sampling": _sampling(max_tokens, temperature, seed),
-            "budget": _budget(deadline, max_total_tokens),
+            "sampling": validated(SamplingParams, max_tokens=max_tokens, temperature=temperature, seed=seed),
+            "budget": validated(Budget, deadline_s=deadline, max_total_tokens=max_total_tokens),
             "out": out,
             "resume": resume,
             "max_concurrent": max_concurrent,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -27,9 +27,10 @@ from paragen.cli_options import (
     build_backend,
     check_out_file,
     parse_strategy_options,
+    validated,
 )
 from paragen.config import Budget
-from paragen.errors import ConfigError, ParagenError
+from paragen.errors import ParagenError
 from paragen.registry import BACKEND_GROUP, STRATEGY_GROUP, load, names
 
 app = typer.Typer(
@@ -64,35 +65,19 @@ def run(
     """Answer QUESTION with a strategy; print the answer, the traces and the accounting."""
     from paragen.cli_run import cli_problem, execute_run
     from paragen.strategy import build_strategy
+    from paragen.types import SamplingParams
 
     options = parse_strategy_options(strategy_opt, [strategy])[strategy]
     if n is not None:
         options["n"] = n
-    sampling = _sampling(temperature=temperature, max_tokens=max_tokens, seed=seed)
-    budget = _validated(Budget, max_total_tokens=max_total_tokens, deadline_s=deadline)
+    sampling = validated(SamplingParams, temperature=temperature, max_tokens=max_tokens, seed=seed)
+    budget = validated(Budget, max_total_tokens=max_total_tokens, deadline_s=deadline)
     chosen = build_strategy(strategy, options)
     problem = cli_problem(question)
     if out is not None:
         check_out_file(out)
     backend_obj, _ = build_backend(backend, model=model, base_url=base_url, options=backend_opt)
     execute_run(problem, chosen, backend_obj, sampling, budget, as_json=as_json, out=out)
-
-
-def _sampling(**values: Any) -> Any:
-    from paragen.types import SamplingParams
-
-    return _validated(SamplingParams, **values)
-
-
-def _validated(model: Any, **values: Any) -> Any:
-    from pydantic import ValidationError
-
-    try:
-        return model(**values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"bad value for {field.replace('_', '-')}: {err['msg']}") from None
 
 
 @app.command("strategies")

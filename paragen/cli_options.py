@@ -58,6 +58,18 @@ DeadlineOpt = Annotated[
 ]
 
 
+def validated(model: Any, **values: Any) -> Any:
+    """``model(**values)``, or one ConfigError naming the flag of the first bad value."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"bad value for {field.replace('_', '-')}: {err['msg']}") from None
+
+
 def parse_pairs(items: Sequence[str], flag: str) -> list[tuple[str, str]]:
     """``KEY=VALUE`` items as (key, raw text) pairs; one named error for a malformed item."""
     pairs = []

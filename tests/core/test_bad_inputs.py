@@ -35,6 +35,9 @@ from paragen.config import parse_backend_spec
 from paragen.errors import PluginNotFoundError
 from strategies.majority import Majority
 
+# The first case waits for the module's shared run of every CLI case (subprocesses, 4 at a time).
+pytestmark = pytest.mark.timeout(900)
+
 Q = "What is 7 + 5?"
 SCRIPTED = ["-b", "scripted"]
 EVAL = ["eval", "-t", "arith", "-b", "scripted", "--limit", "3", "--no-progress", "--no-plot"]
@@ -250,14 +253,18 @@ def server() -> Iterator[EchoServer]:
 
 
 def paragen(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[bytes]:
-    """The real CLI in a subprocess (bytes, so a non-UTF-8 argument goes through as the shell gives it)."""
-    return subprocess.run(
-        [sys.executable, "-m", "paragen.cli", *(os.fsencode(a) for a in argv)],
-        cwd=cwd,
-        capture_output=True,
-        env={**os.environ, "COLUMNS": "200", **env},
-        timeout=120,
-    )
+    """The real CLI in a subprocess (bytes, so a non-UTF-8 argument goes through as the shell gives it).
+
+    A run that does not end in time (a bad flag silently accepted, a whole task run) is an outcome
+    with returncode -1, so it fails its own case only.
+    """
+    command = [sys.executable, "-m", "paragen.cli", *(os.fsencode(a) for a in argv)]
+    try:
+        return subprocess.run(
+            command, cwd=cwd, capture_output=True, env={**os.environ, "COLUMNS": "200", **env}, timeout=90
+        )
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(command, -1, exc.stdout or b"", exc.stderr or b"")
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
