@@ -30,7 +30,7 @@ from evals.grading import Grade, Grader
 from evals.records import Key, RecordWriter, read_records, record_key, versions, write_run_info
 from evals.tasks.base import Task
 from paragen.backends.base import Backend
-from paragen.config import Budget, parse_backend_spec
+from paragen.config import Budget, parse_backend_spec, spec_without_credentials
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
 from paragen.registry import load_backend, load_strategy
@@ -104,6 +104,10 @@ class EvalSpec:
     task_source: str = ""
     progress: bool = True
     grader_workers: int = 2
+
+    def __post_init__(self) -> None:
+        # The spec is written into run.json and every record: a key in its URL must not be.
+        self.backend_spec = spec_without_credentials(self.backend_spec)
 
 
 class _Tally:

@@ -33,7 +33,7 @@ def parse_backend_spec(spec: str) -> tuple[str, str | None]:
         raise ConfigError("empty backend spec", hint="use e.g. 'engine' or 'openai:http://localhost:8000/v1'")
     kind, sep, target = spec.partition(":")
     if not kind.isidentifier():
-        shown = f"{kind}{sep}{split_credentials(target)[0] if sep else ''}"
+        shown = spec_without_credentials(spec)
         raise ConfigError(f"bad backend spec {shown!r}", hint="the form is KIND[:TARGET], e.g. 'openai:URL'")
     return kind, (target or None) if sep else None
 
@@ -54,6 +54,12 @@ def split_credentials(target: str | None) -> tuple[str | None, str | None]:
     user, _, password = userinfo.partition(":")
     secret = unquote(password or user)
     return f"{scheme}://{host}{slash}{path}", secret or None
+
+
+def spec_without_credentials(spec: str) -> str:
+    """A ``kind[:target]`` spec as it may be shown and recorded: no userinfo in its URL."""
+    kind, sep, target = spec.partition(":")
+    return f"{kind}{sep}{split_credentials(target)[0] if sep else ''}"
 
 
 def move_url_credentials(values: Any) -> Any:

@@ -150,3 +150,12 @@ def test_url_credentials_become_the_key() -> None:
 def test_a_bad_spec_does_not_echo_url_credentials(tmp_path: Path) -> None:
     done = paragen(["run", Q, "-b", f"1x:http://u:{KEY}@127.0.0.1:9/v1"], tmp_path)
     assert done.returncode == 2 and "bad backend spec" in done.stderr and KEY not in done.stderr
+
+
+def test_eval_api_records_the_spec_without_credentials(tmp_path: Path) -> None:
+    from evals.runner import EvalSpec
+    from evals.tasks import get_task
+
+    url = f"openai:http://u:{KEY}@h/v1"
+    spec = EvalSpec(task=get_task("arith"), problems=[], combos=[], out=tmp_path, backend_spec=url)
+    assert spec.backend_spec == "openai:http://h/v1"
