@@ -134,6 +134,8 @@ def parse_strategy_options(items: Sequence[str], strategies: Sequence[str]) -> d
                     f"strategy option {key!r} names {target!r}, which is not among the chosen strategies",
                     hint=f"chosen: {', '.join(strategies)}",
                 )
+            if field == "n":  # one way to set n, or an eval's --n would silently override it
+                raise ConfigError(f"strategy option {key!r}: n is set with -n", hint="e.g. -n 8, or -n 1,4,8")
             config = getattr(load_strategy(target), "Config", None)
             grouped[target].update(typed_options([(field, raw)], config))
     return grouped

@@ -98,8 +98,8 @@ RUN_CASES = [
     Case("unknown strategy field", ["run", Q, "-O", "bogus=1", *SCRIPTED], "bogus: Extra inputs"),
     Case(
         "strategy field wrong type",
-        ["run", Q, "-O", "n=abc", *SCRIPTED],
-        "n: Input should be a valid integer",
+        ["run", Q, "-s", "ffs", "-O", "k=abc", *SCRIPTED],
+        "k: Input should be a valid integer",
     ),
     Case("option for another strategy", ["run", Q, "-O", "ffs.k=2", *SCRIPTED], "not among the chosen"),
     Case("old --opt flag", ["run", Q, "--opt", "n=2", *SCRIPTED], "No such option: --opt"),
@@ -176,6 +176,7 @@ EVAL_CASES = [
         "'nosuch', which is not among the chosen strategies",
     ),
     Case("option without strategy misfits", [*EVAL, "-O", "majority=3", *OUT], "majority: Extra inputs"),
+    Case("n as a strategy option", [*EVAL, "-s", "majority", "-O", "majority.n=4", *OUT], "n is set with -n"),
     Case("n repeated", [*EVAL, "-s", "majority", "-n", "2,2", *OUT], "--n lists 2 twice"),
     Case("strategy repeated", [*EVAL, "-s", "majority,majority", *OUT], "lists 'majority' twice"),
     Case("limit negative", [*EVAL, "--limit", "-1", *OUT], "bad --limit -1"),
@@ -438,8 +439,8 @@ def test_option_values_are_read_as_the_fields_type() -> None:
     assert config.max_retries == 0 and config.extra_body == {"min_p": 0.1}
     assert shown == "openai:http://127.0.0.1:9/v1"
     anyio.run(backend.aclose)
-    grouped = parse_strategy_options(["n=4", "ffs.k=2", "ffs.order=last"], ["ffs", "majority"])
-    assert grouped == {"ffs": {"n": 4, "k": 2, "order": "last"}, "majority": {"n": 4}}
+    grouped = parse_strategy_options(["temperature=0.5", "ffs.k=2", "ffs.order=last"], ["ffs", "majority"])
+    assert grouped == {"ffs": {"temperature": 0.5, "k": 2, "order": "last"}, "majority": {"temperature": 0.5}}
 
 
 def test_eval_api_refuses_zero_concurrency_before_writing(tmp_path: Path) -> None:
