@@ -2,7 +2,9 @@
 
 ``register(app)`` adds them to the paragen CLI; ``python -m evals.cli`` runs them alone.
 
-    paragen eval -t arith -s single,majority,ffs --n 1,4,8 --backend engine --limit 30 --out runs/NAME
+    paragen eval -t arith -s single,majority,ffs -n 1,4,8 --backend engine --limit 30 --out runs/NAME
+
+The flags it shares with `paragen run` are defined once, in paragen.cli_options.
     paragen report runs/NAME --format md --regrade --plot
 """
 
@@ -13,9 +15,24 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
-from paragen.cli import parse_options
+from paragen.cli_options import (
+    BackendOpt,
+    BackendOpts,
+    BaseUrlOpt,
+    DeadlineOpt,
+    MaxTokensOpt,
+    MaxTotalTokensOpt,
+    ModelOpt,
+    SeedOpt,
+    StrategyOpts,
+    TemperatureOpt,
+    check_out_folder,
+    choose_backend,
+    parse_strategy_options,
+    unique,
+    validated,
+)
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
 from paragen.types import SamplingParams
@@ -39,36 +56,14 @@ def parse_ns(text: str) -> list[int]:
     return ns
 
 
-def parse_strategy_options(items: list[str]) -> dict[str, dict[str, Any]]:
-    """``STRATEGY.KEY=VALUE`` pairs grouped by strategy."""
-    grouped: dict[str, dict[str, Any]] = {}
-    for key, value in parse_options(items, "--strategy-opt").items():
-        name, dot, field = key.partition(".")
-        if not dot or not field:
-            raise ConfigError(f"bad strategy option {key!r}", hint="the form is STRATEGY.KEY=VALUE")
-        grouped.setdefault(name, {})[field] = value
-    return grouped
-
-
 def _fail(exc: ParagenError) -> None:
     typer.echo(exc.one_line(), err=True)
     raise typer.Exit(2)
 
 
-def _sampling(max_tokens: int, temperature: float, sample_seed: int | None) -> SamplingParams:
-    try:
-        return SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=sample_seed)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(f"bad sampling option {err['loc'][0]}: {err['msg']}") from None
-
-
-def _budget(deadline_s: float | None, max_total_tokens: int | None) -> Budget:
-    try:
-        return Budget(deadline_s=deadline_s, max_total_tokens=max_total_tokens)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(f"bad budget option {err['loc'][0]}: {err['msg']}") from None
+def _at_least(value: int | None, least: int, flag: str) -> None:
+    if value is not None and value < least:
+        raise ConfigError(f"bad {flag} {value}: it must be at least {least}")
 
 
 def eval_command(
@@ -80,26 +75,30 @@ def eval_command(
         Path, typer.Option("--out", "-o", help="run folder for records.jsonl, run.json and plots")
     ],
     strategies: Annotated[
-        str, typer.Option("-s", "--strategies", help="comma-separated strategy names")
+        str, typer.Option("-s", "--strategies", "--strategy", help="comma-separated strategy names")
     ] = "single",
-    ns: Annotated[str, typer.Option("--n", help="comma-separated n values for strategies with an n")] = "1",
-    backend: Annotated[
-        str, typer.Option("--backend", "-b", help="KIND[:TARGET], e.g. engine or openai:URL")
-    ] = "engine",
-    backend_opt: Annotated[list[str], typer.Option("--backend-opt", help="KEY=VALUE for the backend")] = [],  # noqa: B006
-    strategy_opt: Annotated[list[str], typer.Option("--strategy-opt", "-O", help="STRATEGY.KEY=VALUE")] = [],  # noqa: B006
-    limit: Annotated[int | None, typer.Option(help="at most this many problems")] = None,
+    ns: Annotated[
+        str, typer.Option("-n", "--n", help="comma-separated n values for strategies with an n")
+    ] = "1",
+    strategy_opt: StrategyOpts = [],  # noqa: B006
+    backend: BackendOpt = "engine",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    backend_opt: BackendOpts = [],  # noqa: B006
+    limit: Annotated[int | None, typer.Option(help="at most this many problems (at least 1)")] = None,
     offset: Annotated[int, typer.Option(help="skip this many problems first")] = 0,
     ids: Annotated[str, typer.Option(help="comma-separated problem ids")] = "",
-    shuffle: Annotated[bool, typer.Option(help="shuffle the problems with --seed first")] = False,
-    seed: Annotated[int, typer.Option(help="seed of --shuffle")] = 0,
+    shuffle: Annotated[
+        int | None,
+        typer.Option("--shuffle", metavar="SEED", help="shuffle the problems with this seed first"),
+    ] = None,
+    seed: SeedOpt = None,
     resume: Annotated[bool, typer.Option(help="continue a run folder, skipping what is recorded")] = False,
     max_concurrent: Annotated[int, typer.Option(help="problems in flight at once")] = 8,
-    max_tokens: Annotated[int, typer.Option(help="max tokens per sample")] = 512,
-    temperature: Annotated[float, typer.Option(help="sampling temperature")] = 0.7,
-    sample_seed: Annotated[int | None, typer.Option(help="sampling seed given to the backend")] = None,
-    deadline_s: Annotated[float | None, typer.Option(help="wall-time limit per problem (seconds)")] = None,
-    max_total_tokens: Annotated[int | None, typer.Option(help="token budget per problem")] = None,
+    max_tokens: MaxTokensOpt = 512,
+    temperature: TemperatureOpt = 0.7,
+    deadline: DeadlineOpt = None,
+    max_total_tokens: MaxTotalTokensOpt = None,
     question_field: Annotated[str | None, typer.Option(help="user data: field with the question")] = None,
     answer_field: Annotated[str | None, typer.Option(help="user data: field with the gold answer")] = None,
     id_field: Annotated[str | None, typer.Option(help="user data: field with the problem id")] = None,
@@ -121,23 +120,29 @@ def eval_command(
     try:
         task_obj = get_task(task, question=question_field, answer=answer_field, id_field=id_field,
                             grading=grading, split=split)  # fmt: skip
-        selection = Selection(limit=limit, offset=offset, ids=_split(ids), shuffle=shuffle, seed=seed)
+        names = unique(_split(strategies), "--strategies")
+        _at_least(limit, 1, "--limit")
+        _at_least(offset, 0, "--offset")
+        _at_least(max_concurrent, 1, "--max-concurrent")
+        selection = Selection(
+            limit=limit, offset=offset, ids=_split(ids), shuffle=shuffle is not None, seed=shuffle or 0
+        )
         settings = {
-            "strategies": _split(strategies),
-            "ns": parse_ns(ns),
-            "backend": backend,
-            "backend_options": parse_options(backend_opt, "--backend-opt"),
-            "strategy_options": parse_strategy_options(strategy_opt),
-            "sampling": _sampling(max_tokens, temperature, sample_seed),
-            "budget": _budget(deadline_s, max_total_tokens),
+            "strategies": names,
+            "ns": unique(parse_ns(ns), "--n"),
+            "backend": choose_backend(backend, model=model, base_url=base_url, options=backend_opt),
+            "strategy_options": parse_strategy_options(strategy_opt, names),
+            "sampling": validated(SamplingParams, max_tokens=max_tokens, temperature=temperature, seed=seed),
+            "budget": validated(Budget, deadline_s=deadline, max_total_tokens=max_total_tokens),
             "out": out,
             "resume": resume,
             "max_concurrent": max_concurrent,
-            "seed": seed,
+            "seed": shuffle or 0,
             "progress": progress,
             "source": _data_source(offline, hub),
             "new_run": new_run,
         }
+        check_out_folder(out)
         records = run_sweep(task_obj, selection, settings)
     except ParagenError as exc:
         _fail(exc)
@@ -169,25 +174,30 @@ def _end_of_run(records: list[Any]) -> None:
 
 
 def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[Any]:
-    """Load problems, build the backend and strategies, run the sweep; returns records in input order."""
+    """Check every configuration, load problems, build the backend, run the sweep.
+
+    Every strategy is built at every n before a problem is loaded or a file written, so a
+    configuration that cannot run (ffs_k with k > n) stops the sweep before it starts.
+    Returns the records in input order.
+    """
     import anyio
 
-    from evals.runner import EvalSpec, build_backend, build_combos, run_eval
+    from evals.runner import EvalSpec, build_combos, run_eval
     from evals.tasks import load_task
 
+    combos = build_combos(settings["strategies"], settings["ns"], settings["strategy_options"])
     loaded = load_task(task, selection, source=settings["source"])
     if loaded.source.note:
         typer.echo(f"data: {loaded.source.describe()} ({loaded.source.note})", err=True)
-    combos = build_combos(settings["strategies"], settings["ns"], settings["strategy_options"])
-    backend = build_backend(settings["backend"], settings["backend_options"])
+    backend = settings["backend"].build()
     spec = EvalSpec(
         task=task,
         problems=loaded.problems,
         combos=combos,
         out=settings["out"],
-        backend_spec=settings["backend"],
+        backend_spec=settings["backend"].shown,
         data=loaded.source,
-        backend_options=settings["backend_options"],
+        backend_options=settings["backend"].options,
         resume=settings["resume"],
         new_run=settings["new_run"],
         max_concurrent=settings["max_concurrent"],

@@ -46,7 +46,7 @@ from evals.records import (
 )
 from evals.tasks.base import Task
 from paragen.backends.base import Backend
-from paragen.config import Budget, parse_backend_spec
+from paragen.config import Budget, parse_backend_spec, spec_without_credentials
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
 from paragen.registry import load_backend, load_strategy
@@ -81,16 +81,18 @@ def build_combos(
 
 def _combos_over_n(name: str, ns: Sequence[int], extra: dict[str, Any]) -> list[Combo]:
     """One combo per n; a strategy whose ``n`` only admits 1 (e.g. single) runs once at n=1."""
-    if not _admits_many(name, extra):
+    if not _admits_many(name):
         return [Combo(name, 1, build_strategy(name, {**extra, "n": 1}))]
     return [Combo(name, n, build_strategy(name, {**extra, "n": n})) for n in ns]
 
 
-def _admits_many(name: str, extra: dict[str, Any]) -> bool:
-    try:
-        build_strategy(name, {**extra, "n": 2})
-    except ConfigError:
-        return False
+def _admits_many(name: str) -> bool:
+    """Whether the strategy's ``n`` field allows more than 1, read from its bounds (nothing is built,
+    so a constraint tied to n, like ffs_k's k <= n, is checked at each real n instead)."""
+    for bound in load_strategy(name).Config.model_fields["n"].metadata:
+        le, lt = getattr(bound, "le", None), getattr(bound, "lt", None)
+        if (le is not None and le < 2) or (lt is not None and lt <= 2):
+            return False
     return True
 
 
@@ -120,6 +122,10 @@ class EvalSpec:
     seed: int = 0
     progress: bool = True
     grader_workers: int = 2
+
+    def __post_init__(self) -> None:
+        # The spec is written into run.json and every record: a key in its URL must not be.
+        self.backend_spec = spec_without_credentials(self.backend_spec)
 
 
 class _Tally:
@@ -181,12 +187,13 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     :func:`evals.records.prepare_run`); problems recorded with a result are skipped and
     problems recorded as backend errors are run again.
     """
-    run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
-    writer = RecordWriter.open(spec.out)
-    write_run_info(spec.out, run_info)
+    # The orchestrator first: it refuses bad limits before the run folder is touched.
     orch = Orchestrator(
         backend, defaults=spec.sampling, budget=spec.budget, max_concurrent_problems=spec.max_concurrent
     )
+    run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
+    writer = RecordWriter.open(spec.out)
+    write_run_info(spec.out, run_info)
     grader = Grader(workers=spec.grader_workers)
     try:
         with _progress(spec.progress) as progress:

@@ -7,7 +7,6 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import anyio
 from rich.console import Console
@@ -17,14 +16,13 @@ from paragen.backends.base import Backend
 from paragen.config import Budget
 from paragen.errors import BackendError, ConfigError
 from paragen.orchestrator import Orchestrator
-from paragen.strategy import build_strategy
+from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
 
 def execute_run(
-    question: str,
-    strategy_name: str,
-    options: dict[str, Any],
+    problem: Problem,
+    strategy: Strategy,
     backend: Backend,
     sampling: SamplingParams,
     budget: Budget,
@@ -32,10 +30,7 @@ def execute_run(
     as_json: bool,
     out: Path | None,
 ) -> None:
-    strategy = build_strategy(strategy_name, options)
-    problem = _problem(question)
-    if out is not None and not out.parent.is_dir():
-        raise ConfigError(f"cannot write {out}: its folder does not exist")
+    """Run ``strategy`` on ``problem`` (the CLI has checked ``out`` before anything was generated)."""
 
     async def go() -> StrategyResult:
         try:
@@ -45,15 +40,18 @@ def execute_run(
 
     result = anyio.run(go)
     _fail_if_nothing_ran(result)
-    if out is not None:
-        write_atomic(out, result.model_dump_json(indent=2))
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
         show(result)
+    if out is not None:  # checked before the run; shown first, so a late failure loses nothing
+        try:
+            write_atomic(out, result.model_dump_json(indent=2))
+        except OSError as exc:
+            raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
-def _problem(question: str) -> Problem:
+def cli_problem(question: str) -> Problem:
     from pydantic import ValidationError
 
     try:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import unquote
+
 from pydantic import Field
 
 from paragen.errors import ConfigError
@@ -30,5 +33,55 @@ def parse_backend_spec(spec: str) -> tuple[str, str | None]:
         raise ConfigError("empty backend spec", hint="use e.g. 'engine' or 'openai:http://localhost:8000/v1'")
     kind, sep, target = spec.partition(":")
     if not kind.isidentifier():
-        raise ConfigError(f"bad backend spec {spec!r}", hint="the form is KIND[:TARGET], e.g. 'openai:URL'")
+        shown = spec_without_credentials(spec)
+        raise ConfigError(f"bad backend spec {shown!r}", hint="the form is KIND[:TARGET], e.g. 'openai:URL'")
     return kind, (target or None) if sep else None
+
+
+def split_credentials(target: str | None) -> tuple[str | None, str | None]:
+    """A URL target without its userinfo, and the secret it held (the password, else the user name).
+
+    ``http://user:KEY@host/v1`` -> (``http://host/v1``, ``KEY``): the URL may then be shown and
+    recorded, and the key travels only as the backend's credentials.
+    """
+    if target is None or "://" not in target:
+        return target, None
+    scheme, _, rest = target.partition("://")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not at:
+        return target, None
+    user, _, password = userinfo.partition(":")
+    secret = unquote(password or user)
+    return f"{scheme}://{host}{slash}{path}", secret or None
+
+
+def spec_without_credentials(spec: str) -> str:
+    """A ``kind[:target]`` spec as it may be shown and recorded: no userinfo in its URL."""
+    kind, sep, target = spec.partition(":")
+    return f"{kind}{sep}{split_credentials(target)[0] if sep else ''}"
+
+
+def move_url_credentials(values: Any) -> Any:
+    """Backend options with credentials moved out of ``base_url``/``base_urls`` into ``api_key``.
+
+    For a pydantic before-validator: the URLs left behind may be shown and recorded.
+    """
+    if not isinstance(values, dict):
+        return values
+    values = dict(values)
+    found: set[str] = set()
+    if isinstance(values.get("base_url"), str):
+        values["base_url"], secret = split_credentials(values["base_url"])
+        found.update([secret] if secret else [])
+    if isinstance(values.get("base_urls"), list | tuple):
+        urls = [split_credentials(u) if isinstance(u, str) else (u, None) for u in values["base_urls"]]
+        values["base_urls"] = [url for url, _ in urls]
+        found.update(secret for _, secret in urls if secret)
+    if len(found) > 1:
+        raise ValueError("the URLs hold different credentials; one backend sends one API key")
+    if found:
+        if values.get("api_key") is not None:
+            raise ValueError("an API key is given both in the URL and as api_key; give one")
+        values["api_key"] = found.pop()
+    return values

@@ -6,7 +6,8 @@ and re-raised as one of these with the original kept as ``__cause__``::
 
     ParagenError
     ├── ConfigError                 bad configuration or input (CLI exit code 2)
-    │   └── PluginNotFoundError     no strategy/backend/judge/tool registered under that name
+    │   ├── PluginNotFoundError     no strategy/backend/judge/tool registered under that name
+    │   └── PluginBrokenError       a plugin's entry point does not load (missing attribute, error at import)
     ├── BudgetExceededError         a token or time budget ran out
     └── BackendError                a backend failed to produce a completion
         ├── BackendTimeoutError     connect/read timeout, or a deadline inside the backend
@@ -49,6 +50,18 @@ class PluginNotFoundError(ConfigError, LookupError):
         self.available = sorted(available)
         listing = ", ".join(self.available) or "none installed"
         super().__init__(f"unknown {kind} {name!r}", hint=f"available: {listing}")
+
+
+class PluginBrokenError(ConfigError):
+    """A plugin is registered, but its entry point fails to load."""
+
+    def __init__(self, kind: str, name: str, target: str, cause: BaseException) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(
+            f"{kind} {name!r} is broken: {target} does not load ({type(cause).__name__}: {cause})",
+            hint="fix or uninstall the package that registers it",
+        )
 
 
 class BudgetExceededError(ParagenError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from paragen.errors import ConfigError, PluginNotFoundError
+from paragen.errors import ConfigError, PluginBrokenError, PluginNotFoundError
 
 STRATEGY_GROUP = "paragen.strategies"
 BACKEND_GROUP = "paragen.backends"
@@ -52,6 +52,8 @@ def load(group: str, name: str) -> Any:
             f"{_KINDS[group]} {name!r} could not be imported: {exc}",
             hint="install the extra it needs (e.g. pip install 'paragen[engine]')",
         ) from exc
+    except Exception as exc:  # a broken plugin (a missing attribute, an error at import) is the user's
+        raise PluginBrokenError(_KINDS[group], name, found.value, exc) from exc
 
 
 def load_strategy(name: str) -> Any:

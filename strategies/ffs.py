@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from paragen.answers import ExtractMode
 from paragen.context import RunContext
@@ -52,6 +52,13 @@ class FFSConfig(StrategyConfig):
     top_p: float | None = Field(default=0.95, gt=0, le=1, description="paper: 0.95 (None = run default)")
     max_tokens: int | None = Field(default=None, gt=0, description="None = run default")
     extract: ExtractMode = "auto"
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> FFSConfig:
+        # Checked when the config is built, so a sweep refuses k > n before any problem runs.
+        if self.k > self.n:
+            raise ValueError(f"k={self.k} is more than n={self.n}; choose k <= n")
+        return self
 
 
 def is_usable(trace: Trace, *, allow_truncated: bool, require_answer: bool) -> bool:

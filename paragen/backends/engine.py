@@ -53,6 +53,7 @@ class EngineBackend:
     """Generates with the in-process engine: native n with a shared prompt prefill, real aborts."""
 
     name = "engine"
+    Config = EngineConfig  # its options, as `paragen backends` lists them
 
     def __init__(self, engine: LLMEngine):
         from paragen.engine.async_engine import AsyncEngine

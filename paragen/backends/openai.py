@@ -30,12 +30,13 @@ from typing import Any, Literal
 import anyio
 import httpx
 from httpx_sse import EventSource
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 
 from paragen.backends.base import Capabilities, CompletionStream, estimate_tokens
-from paragen.backends.openai_http import map_http_errors, raise_for_status, retry_delay
+from paragen.backends.openai_http import map_http_errors, raise_for_status, redacting, retry_delay
 from paragen.backends.openai_wire import ChunkParser, Endpoint, ServerKind, WireOptions, build_body
 from paragen.backends.pool import Pool, Replica
+from paragen.config import move_url_credentials
 from paragen.errors import BackendConnectionError, BackendError, BackendProtocolError, ConfigError
 from paragen.types import Delta, GenerateRequest, Model, Usage
 
@@ -72,6 +73,11 @@ class OpenAIConfig(Model):
     max_connections: int = Field(default=1024, gt=0)
     extra_body: dict[str, Any] = Field(default_factory=dict)  # server extras: ignore_eos, min_p, ...
 
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials_out_of_urls(cls, values: Any) -> Any:
+        return move_url_credentials(values)  # a URL is shown and recorded; a key never is
+
     @field_validator("base_url", "base_urls")
     @classmethod
     def _http_urls(cls, value: Any) -> Any:
@@ -101,6 +107,7 @@ class OpenAIBackend:
     """A client of one OpenAI-compatible server, or a pool of replicas of one model."""
 
     name = "openai"
+    Config = OpenAIConfig  # its options, as `paragen backends` lists them
 
     def __init__(self, config: OpenAIConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = config
@@ -341,7 +348,7 @@ class _HTTPStream:
             request = client.build_request("POST", url, json=body, headers=_SSE_HEADERS)
             response = await client.send(request, stream=True)
         try:
-            with map_http_errors(url):
+            with map_http_errors(url), redacting(response.request):
                 await raise_for_status(response)
                 async with aclosing(EventSource(response).aiter_sse()) as events:
                     async for event in events:

@@ -7,8 +7,11 @@ httpx exception kept as ``__cause__`` (the pattern of httpx's own
 
 from __future__ import annotations
 
+import base64
+import binascii
 import email.utils
 import random
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +28,7 @@ from paragen.errors import (
     BackendProtocolError,
     BackendTimeoutError,
     ConfigError,
+    ParagenError,
 )
 
 _KEY_HINT = "check the API key (option api_key, or the variable named by api_key_env)"
@@ -60,9 +64,50 @@ async def raise_for_status(response: httpx.Response) -> None:
         raise BackendAuthError(
             f"{where}: HTTP {status}, credentials refused", status_code=status, hint=_KEY_HINT
         )
-    message = f"{where}: HTTP {status}: {error_message(response.content)}"
+    message = redact(f"{where}: HTTP {status}: {error_message(response.content)}", response.request)
     hint = _hint(status)
     raise BackendHTTPError(message, status_code=status, retry_after=retry_after(response), hint=hint)
+
+
+_USERINFO = re.compile(r"://[^/\s@]+@")
+
+
+def secrets_of(request: httpx.Request) -> list[str]:
+    """The credentials ``request`` carries (its Authorization header, whole and in parts)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, credential = header.partition(" ")
+    found = [header, credential.strip()]
+    if scheme.lower() == "basic":
+        try:
+            pair = base64.b64decode(credential, validate=True).decode("utf-8", "replace")
+        except (binascii.Error, ValueError):
+            pair = ""
+        found += [pair, pair.partition(":")[2]]
+    # Longest first, so a key is not left half-replaced by a shorter piece of itself.
+    return sorted({s for s in found if len(s) >= 3}, key=len, reverse=True)
+
+
+def redact(text: str, request: httpx.Request) -> str:
+    """``text`` (a server's words) without the credentials ``request`` sent, nor any URL userinfo.
+
+    Some servers and proxies echo the request's headers in an error body; that body goes
+    into error messages, records and the terminal, so the key is cut out here, at the boundary.
+    """
+    for secret in secrets_of(request):
+        text = text.replace(secret, "***")
+    return _USERINFO.sub("://***@", text)
+
+
+@contextmanager
+def redacting(request: httpx.Request) -> Iterator[None]:
+    """Errors raised inside (e.g. a server's error event in a stream) lose ``request``'s credentials."""
+    try:
+        yield
+    except ParagenError as exc:
+        exc.message = redact(exc.message, request)
+        exc.hint = None if exc.hint is None else redact(exc.hint, request)
+        exc.args = tuple(redact(a, request) if isinstance(a, str) else a for a in exc.args)
+        raise
 
 
 def _hint(status: int) -> str | None:

@@ -71,6 +71,7 @@ class VLLMBackend:
     """A vLLM engine in this process. ``engine`` may be given to share one already built."""
 
     name = "vllm"
+    Config = VLLMConfig  # its options, as `paragen backends` lists them
 
     def __init__(self, config: VLLMConfig, *, engine: Any = None) -> None:
         self.config = config

@@ -35,7 +35,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--limit",
         "6",
     ]
-    result = runner.invoke(app, [*args, "--out", str(out), "--no-progress", "--sample-seed", "2"])
+    result = runner.invoke(app, [*args, "--out", str(out), "--no-progress", "--seed", "2"])
     assert result.exit_code == 0, result.output
     return out
 
@@ -78,7 +78,8 @@ def test_regrade_agrees_with_the_recorded_grades(run_dir: Path) -> None:
         (["-t", "arith", "--n", "0"], "bad --n"),
         (["-t", "arith", "-s", "no_such_strategy"], "unknown strategy"),
         (["-t", "arith", "--backend", "no_such_backend"], "unknown backend"),
-        (["-t", "arith", "-O", "majority=3"], "STRATEGY.KEY=VALUE"),
+        (["-t", "arith", "-O", "majority=3"], "majority: Extra inputs are not permitted"),
+        (["-t", "arith", "-O", "majority.n=3"], "not among the chosen strategies"),
         (["-t", "arith", "--temperature", "-1"], "temperature"),
         (["-t", "aime25", "--offline"], "held out"),
     ],

@@ -1,0 +1,241 @@
+"""The flags `paragen run` and `paragen eval` share, defined once so that one flag means one thing.
+
+    -s/--strategy        strategy name(s)             -n/--n          samples (eval: a list, 1,4,8)
+    -O/--strategy-opt    [STRATEGY.]KEY=VALUE         -b/--backend    KIND[:TARGET]
+    --backend-opt        KEY=VALUE                    -m/--model      --base-url
+    --seed               sampling seed                --temperature   --max-tokens
+    --max-total-tokens   --deadline                   -o/--out        where the result goes
+
+Option values are read against the type of the field they set: a text field keeps the
+text as given (``api_key=12345678`` stays a string), any other field reads it as JSON
+when it parses (``n=4``, ``tools=["python"]``) and as text otherwise, so pydantic's
+validation names the field when the value is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import typer
+from pydantic import SecretStr
+
+from paragen.config import parse_backend_spec, split_credentials
+from paragen.errors import ConfigError
+
+SEED_HELP = (
+    "sampling seed sent with every request; the n samples of one request get distinct seeds derived "
+    "from it (seed+i over HTTP, a hash of seed and i in the engine), so the same seed repeats a run "
+    "on a backend that honours seeds"
+)
+
+StrategyOpts = Annotated[
+    list[str],
+    typer.Option(
+        "--strategy-opt",
+        "-O",
+        help="strategy option [STRATEGY.]KEY=VALUE (without STRATEGY: every chosen strategy)",
+    ),
+]
+BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="KIND[:TARGET], e.g. engine, openai:URL")]
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="model name (server) or path (engine)")]
+BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible server URL")]
+BackendOpts = Annotated[list[str], typer.Option("--backend-opt", help="backend option KEY=VALUE")]
+TemperatureOpt = Annotated[float, typer.Option("--temperature", help="sampling temperature")]
+MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="max tokens per sample")]
+MaxTotalTokensOpt = Annotated[
+    int | None, typer.Option("--max-total-tokens", help="token budget of one problem's run")
+]
+# --sample-seed is eval's older name of the same flag.
+SeedOpt = Annotated[int | None, typer.Option("--seed", "--sample-seed", help=SEED_HELP)]
+DeadlineOpt = Annotated[
+    float | None, typer.Option("--deadline", "--deadline-s", help="seconds before a problem's run is cut off")
+]
+
+
+def validated(model: Any, **values: Any) -> Any:
+    """``model(**values)``, or one ConfigError naming the flag of the first bad value."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"bad value for {field.replace('_', '-')}: {err['msg']}") from None
+
+
+def parse_pairs(items: Sequence[str], flag: str) -> list[tuple[str, str]]:
+    """``KEY=VALUE`` items as (key, raw text) pairs; one named error for a malformed item."""
+    pairs = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"bad {flag} {item!r}", hint="write KEY=VALUE, e.g. temperature=0.6")
+        pairs.append((key.strip(), raw))
+    return pairs
+
+
+def typed_value(raw: str, annotation: Any) -> Any:
+    """``raw`` read for a field of type ``annotation``: text for text fields, JSON where it parses."""
+    if _wants_text(annotation):
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _wants_text(annotation: Any) -> bool:
+    if annotation is None:
+        return False
+    args = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    kinds = [a for a in args if a is not type(None)]
+    return bool(kinds) and all(_is_text(a) for a in kinds)
+
+
+def _is_text(kind: Any) -> bool:
+    if get_origin(kind) is Literal:
+        return all(isinstance(v, str) for v in get_args(kind))
+    return kind in (str, SecretStr, Path)
+
+
+def typed_options(pairs: Sequence[tuple[str, str]], config: Any) -> dict[str, Any]:
+    """Pairs read against ``config``'s fields (a pydantic model class; None: JSON where it parses)."""
+    fields: Mapping[str, Any] = getattr(config, "model_fields", {}) or {}
+    options = {}
+    for key, raw in pairs:
+        field = fields.get(key)
+        options[key] = typed_value(raw, field.annotation if field is not None else None)
+    return options
+
+
+def parse_strategy_options(items: Sequence[str], strategies: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``-O`` items per chosen strategy: ``NAME.KEY=V`` sets NAME's field, ``KEY=V`` sets it for all.
+
+    A NAME that is not among ``strategies`` is refused, not ignored: the user meant something.
+    """
+    from paragen.registry import load_strategy
+
+    grouped: dict[str, dict[str, Any]] = {name: {} for name in strategies}
+    for key, raw in parse_pairs(items, "--strategy-opt"):
+        name, dot, field = key.rpartition(".")
+        if dot and not field:
+            raise ConfigError(f"bad strategy option {key!r}", hint="the form is [STRATEGY.]KEY=VALUE")
+        targets = [name] if dot else list(strategies)
+        for target in targets:
+            if target not in grouped:
+                raise ConfigError(
+                    f"strategy option {key!r} names {target!r}, which is not among the chosen strategies",
+                    hint=f"chosen: {', '.join(strategies)}",
+                )
+            if field == "n":  # one way to set n, or an eval's --n would silently override it
+                raise ConfigError(f"strategy option {key!r}: n is set with -n", hint="e.g. -n 8, or -n 1,4,8")
+            config = getattr(load_strategy(target), "Config", None)
+            grouped[target].update(typed_options([(field, raw)], config))
+    return grouped
+
+
+def unique(values: Sequence[Any], flag: str) -> list[Any]:
+    """``values`` refused when one repeats: a repeated name or n would count its records twice."""
+    seen: set[Any] = set()
+    for value in values:
+        if value in seen:
+            raise ConfigError(f"{flag} lists {value!r} twice", hint="give each value once")
+        seen.add(value)
+    return list(values)
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """A backend resolved from the flags but not built yet (building may load a model)."""
+
+    plugin: Any
+    target: str | None
+    options: dict[str, Any]
+    shown: str  # the spec as it may be printed and recorded: never a credential in it
+
+    def build(self) -> Any:
+        return self.plugin.from_spec(self.target, **self.options)
+
+
+def choose_backend(
+    spec: str, *, model: str | None, base_url: str | None, options: Sequence[str]
+) -> BackendChoice:
+    """``KIND[:TARGET]`` plus --model/--base-url/--backend-opt, checked; credentials in a URL
+    become the backend's api_key and leave the spec that is shown."""
+    from paragen.registry import BACKEND_GROUP, load
+
+    kind, target = parse_backend_spec(spec)
+    if base_url is not None:
+        if kind != "openai":
+            raise ConfigError(
+                "--base-url is for the openai backend", hint=f"the {kind} backend takes a target"
+            )
+        target = target or base_url
+    target, secret = split_credentials(target)
+    plugin = load(BACKEND_GROUP, kind)
+    values = typed_options(parse_pairs(options, "--backend-opt"), getattr(plugin, "Config", None))
+    if secret is not None:
+        if "api_key" in values:
+            raise ConfigError("two API keys given: one in the URL and --backend-opt api_key", hint="give one")
+        values["api_key"] = secret
+    if model is not None:
+        if kind == "engine":
+            target = target or model
+        else:
+            values["model"] = model
+    return BackendChoice(plugin, target, values, kind if target is None else f"{kind}:{target}")
+
+
+def build_backend(
+    spec: str, *, model: str | None, base_url: str | None, options: Sequence[str]
+) -> tuple[Any, str]:
+    """The backend built, and its spec as it may be shown and recorded."""
+    choice = choose_backend(spec, model=model, base_url=base_url, options=options)
+    return choice.build(), choice.shown
+
+
+def check_out_file(out: Path) -> None:
+    """Refuse, before any work, a result file that cannot be written (nothing is left behind)."""
+    _refuse_option_like(out, "--out")
+    if out.is_dir():
+        raise ConfigError(f"cannot write {out}: it is a folder", hint="give a file name")
+    if not out.parent.is_dir():
+        raise ConfigError(f"cannot write {out}: {out.parent} is not an existing folder")
+    _probe_writable(out.parent, f"cannot write {out}")
+
+
+def check_out_folder(out: Path) -> None:
+    """Refuse, before any work, a run folder that cannot be made or written (nothing is left behind)."""
+    _refuse_option_like(out, "--out")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"cannot use {out} as the run folder: it is a file", hint="give a folder")
+    ancestor = out
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"cannot create {out}: {ancestor} is a file", hint="give a folder path")
+    _probe_writable(ancestor, f"cannot create {out}" if ancestor != out else f"cannot write into {out}")
+
+
+def _probe_writable(folder: Path, what: str) -> None:
+    # Trying is the only sure test (root passes os.access; read-only mounts and /proc do not).
+    try:
+        Path(tempfile.mkdtemp(dir=folder, prefix=".paragen-probe-")).rmdir()
+    except OSError as exc:
+        raise ConfigError(f"{what}: {exc.strerror or exc}") from None
+
+
+def _refuse_option_like(out: Path, flag: str) -> None:
+    # `-o` once meant a strategy option in `run`: `-o n=4` must not quietly write a file "n=4".
+    if "=" in out.name and not out.exists():
+        raise ConfigError(
+            f"{flag} {str(out)!r} looks like an option, not a path",
+            hint="strategy options are -O KEY=VALUE",
+        )
