@@ -2,8 +2,11 @@
 
 Built-in strategies and backends register through the same entry-point groups a
 third-party package uses ("paragen.strategies", "paragen.backends"), so there is
-one path for both. Nothing is imported until a name is asked for: listing plugins
-reads only metadata, which keeps ``paragen --help`` free of torch and vllm.
+one path for both. CLI commands come the same way ("paragen.commands": a callable
+that adds its commands to the typer app), which is how the eval harness adds
+``eval`` and ``report`` without the core ever importing it. Nothing is imported
+until a name is asked for: listing plugins reads only metadata, which keeps
+``paragen --help`` free of torch and vllm.
 """
 
 from __future__ import annotations
@@ -17,8 +20,15 @@ STRATEGY_GROUP = "paragen.strategies"
 BACKEND_GROUP = "paragen.backends"
 JUDGE_GROUP = "paragen.judges"
 TOOL_GROUP = "paragen.tools"
+COMMAND_GROUP = "paragen.commands"
 
-_KINDS = {STRATEGY_GROUP: "strategy", BACKEND_GROUP: "backend", JUDGE_GROUP: "judge", TOOL_GROUP: "tool"}
+_KINDS = {
+    STRATEGY_GROUP: "strategy",
+    BACKEND_GROUP: "backend",
+    JUDGE_GROUP: "judge",
+    TOOL_GROUP: "tool",
+    COMMAND_GROUP: "command",
+}
 _extra: dict[str, dict[str, Any]] = {group: {} for group in _KINDS}
 
 

@@ -15,11 +15,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, extract_answer
-from paragen.context import RunContext
 from paragen.errors import ConfigError
 from paragen.prompts import solve_messages
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
 
 

@@ -19,11 +19,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from paragen import BaseStrategy, LiveSample, Monitor, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, answer_key
-from paragen.context import RunContext
 from paragen.errors import ConfigError
-from paragen.live import LiveSample, Monitor
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
 from strategies.toolkit import annotate, overrides, solve_request, vote_finish
 

@@ -15,8 +15,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from paragen import RunContext
 from paragen.answers import answer_key
-from paragen.context import RunContext
 from paragen.errors import ConfigError
 
 Scorer = Callable[[str, Sequence[str], Sequence[str | None]], Sequence[float]]
