@@ -30,10 +30,11 @@ from evals.grading import Grade, Grader
 from evals.records import Key, RecordWriter, read_records, record_key, versions, write_run_info
 from evals.tasks.base import Task
 from paragen.backends.base import Backend
-from paragen.config import Budget, parse_backend_spec
+from paragen.config import Budget
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
-from paragen.registry import load_backend, load_strategy
+from paragen.registry import build_backend as build_backend  # re-exported: evals.cli imports it here
+from paragen.registry import load_strategy
 from paragen.strategy import Strategy, build_strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
@@ -76,13 +77,6 @@ def _admits_many(name: str, extra: dict[str, Any]) -> bool:
     except ConfigError:
         return False
     return True
-
-
-def build_backend(spec: str, options: dict[str, Any] | None = None) -> Backend:
-    """A backend from a ``kind[:target]`` spec through the plugin registry."""
-    kind, target = parse_backend_spec(spec)
-    backend: Backend = load_backend(kind).from_spec(target, **(options or {}))
-    return backend
 
 
 @dataclass

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from paragen.config import Budget, parse_backend_spec
+from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
-from paragen.registry import BACKEND_GROUP, COMMAND_GROUP, STRATEGY_GROUP, load, names
+from paragen.registry import BACKEND_GROUP, COMMAND_GROUP, STRATEGY_GROUP, build_backend, load, names
 
 app = typer.Typer(
     name="paragen",
@@ -39,24 +39,6 @@ def parse_options(pairs: list[str], what: str) -> dict[str, Any]:
         except json.JSONDecodeError:
             options[key.strip()] = raw
     return options
-
-
-def build_backend(spec: str, *, model: str | None, base_url: str | None, options: dict[str, Any]) -> Any:
-    """A backend from a ``kind[:target]`` spec plus the common --model/--base-url flags."""
-    kind, target = parse_backend_spec(spec)
-    if base_url is not None:
-        if kind != "openai":
-            raise ConfigError(
-                "--base-url is for the openai backend", hint=f"the {kind} backend takes a target"
-            )
-        target = target or base_url
-    cls = load(BACKEND_GROUP, kind)
-    if model is not None:
-        if kind == "engine":
-            target = target or model
-        else:
-            options = {**options, "model": model}
-    return cls.from_spec(target, **options)
 
 
 BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="KIND[:TARGET], e.g. engine, openai:URL")]

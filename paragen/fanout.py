@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
 
@@ -25,6 +26,8 @@ from paragen.errors import BackendError
 from paragen.ledger import Account
 from paragen.live import LiveSample, Monitor, stop_sample
 from paragen.types import GenerateRequest, Trace
+
+Job = Callable[[], Coroutine[Any, Any, None]]
 
 
 class Fanout:
@@ -91,33 +94,37 @@ class Fanout:
     async def __aenter__(self) -> Fanout:
         account = self._account
         requests = [account.ledger.check_budget(r) for r in self._requests]
-        caps = account.backend.capabilities  # read before the task group: a failure here unwinds nothing
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
         try:
-            self._start_samples(tg, requests, caps)
-        except BaseException as exc:
-            # Leave the task group before raising, or its cancel scope stays entered and anyio
-            # reports a confusing "exit a cancel scope" error instead of this one.
-            await self.cancel("abandoned")
-            if not await tg.__aexit__(type(exc), exc, exc.__traceback__):
-                raise
-        self._tg = tg
+            # Everything that can fail happens before the task group exists: a task group left by
+            # an exception of its own host would hide that exception in an ExceptionGroup (or, not
+            # left at all, in anyio's "exit a cancel scope" error).
+            jobs = self._prepare(requests, account.backend.capabilities)
+        except BaseException:
+            self._send.close()
+            self._recv.close()
+            raise
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        for job in jobs:
+            self._tg.start_soon(job)
+        if not self._lives:
+            self._send.close()
         return self
 
-    def _start_samples(self, tg: TaskGroup, requests: list[GenerateRequest], caps: Capabilities) -> None:
+    def _prepare(self, requests: list[GenerateRequest], caps: Capabilities) -> list[Job]:
+        """A trace per sample, filed now, and the job that will drive it."""
+        jobs: list[Job] = []
         for request in requests:
             if request.n > 1 and caps.native_n and caps.per_choice_abort:
                 lives = [self._new_live(i) for i in range(request.n)]
-                tg.start_soon(self._drive_group, lives, request)
-            else:
-                for i in range(request.n):
-                    one = request if request.n == 1 else _single(request, i)
-                    live = self._new_live(0)
-                    live.scope = anyio.CancelScope()
-                    tg.start_soon(self._drive_one, live, one)
-        if not self._lives:
-            self._send.close()
+                jobs.append(functools.partial(self._drive_group, lives, request))
+                continue
+            for i in range(request.n):
+                one = request if request.n == 1 else _single(request, i)
+                live = self._new_live(0)
+                live.scope = anyio.CancelScope()
+                jobs.append(functools.partial(self._drive_one, live, one))
+        return jobs
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

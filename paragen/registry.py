@@ -12,9 +12,13 @@ until a name is asked for: listing plugins reads only metadata, which keeps
 from __future__ import annotations
 
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from paragen.config import parse_backend_spec
 from paragen.errors import ConfigError, PluginNotFoundError
+
+if TYPE_CHECKING:
+    from paragen.backends.base import Backend
 
 STRATEGY_GROUP = "paragen.strategies"
 BACKEND_GROUP = "paragen.backends"
@@ -70,3 +74,33 @@ def load_strategy(name: str) -> Any:
 
 def load_backend(name: str) -> Any:
     return load(BACKEND_GROUP, name)
+
+
+def build_backend(
+    spec: str,
+    options: dict[str, Any] | None = None,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+) -> Backend:
+    """A backend from a ``kind[:target]`` spec: the one place the CLI, the harness and ``solve`` build one.
+
+    ``model`` is the served model's name for a server backend and the model path for the engine
+    (when the spec names none); ``base_url`` is the openai backend's server.
+    """
+    kind, target = parse_backend_spec(spec)
+    options = dict(options or {})
+    if base_url is not None:
+        if kind != "openai":
+            raise ConfigError(
+                "--base-url is for the openai backend", hint=f"the {kind} backend takes a target"
+            )
+        target = target or base_url
+    cls = load_backend(kind)
+    if model is not None:
+        if kind == "engine":
+            target = target or model
+        else:
+            options["model"] = model
+    backend: Backend = cls.from_spec(target, **options)
+    return backend
