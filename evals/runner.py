@@ -122,7 +122,7 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[dict[str, Any]]:
     orch = Orchestrator(
         backend, defaults=spec.sampling, budget=spec.budget, max_concurrent_problems=spec.max_concurrent
     )
-    grader = Grader(workers=spec.grader_workers)
+    grader = Grader(workers=spec.grader_workers, equivalence=spec.task.equivalence)
     try:
         with _progress(spec.progress) as progress:
             for combo in spec.combos:
