@@ -12,7 +12,14 @@ Strategies never touch a backend or spawn tasks; they ask the context::
 Every sample becomes a :class:`~paragen.types.Trace` in the run's ledger, with its
 tokens counted up to the moment it ended, so accounting is identical for every
 strategy. A sample whose backend fails becomes a trace with status "error"; its
-siblings go on.
+siblings go on. Other concurrent work (tool calls, a queue read while a fan-out runs,
+sub-strategies side by side) goes through ``ctx.concurrently()``: the task group is the
+context's, never the strategy's.
+
+The modules build on each other in one direction: ``live`` -> ``ledger`` (the books, with
+the backend, private to the core) -> ``fanout`` / ``children`` -> ``context`` ->
+``strategy`` -> ``orchestrator``. ``run_strategy`` takes any :class:`Runnable`, so this
+module needs nothing from ``strategy``.
 """
 
 from __future__ import annotations
