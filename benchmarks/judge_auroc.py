@@ -85,7 +85,7 @@ async def score(
     if name != "llm":
         return await judge.same_answer(texts)
     from paragen.backends.engine import EngineBackend
-    from paragen.context import RunContext
+    from paragen import RunContext
     from paragen.types import Problem
 
     backend = EngineBackend.from_spec(None)
