@@ -302,3 +302,49 @@ async def test_run_ended_is_sent_for_a_run_cut_by_its_deadline() -> None:
     result = await orchestrator.run(DrainAll(), PROBLEM)
     assert result.stop_reason == "deadline"
     assert isinstance(events[-1], RunEnded) and events[-1].result.stop_reason == "deadline"
+
+
+async def test_concurrently_runs_children_beside_the_block_and_cancels_them() -> None:
+    import anyio
+
+    ctx = RunContext(ScriptedBackend([Script(text="a")]), PROBLEM)
+    order: list[str] = []
+
+    async def child(name: str, event: anyio.Event) -> None:
+        await event.wait()
+        order.append(name)
+
+    go = anyio.Event()
+    async with ctx.concurrently() as children:
+        children.start(child, "child", go)
+        order.append("block")
+        go.set()
+    assert order == ["block", "child"]  # the child ran beside the block; leaving waited for it
+
+    stuck = ctx.concurrently()
+    stuck.cancel("plan abandoned")  # before entering: the block starts cancelled
+    async with stuck as children:
+        children.start(anyio.sleep_forever)
+        await anyio.sleep_forever()
+    assert stuck.cancelled and stuck.cancel_reason == "plan abandoned"
+
+    with pytest.raises(RuntimeError, match="inside"):
+        ctx.concurrently().start(anyio.sleep, 0)
+
+
+async def test_run_strategies_runs_sub_strategies_at_once_in_input_order() -> None:
+    class Outer(BaseStrategy[StrategyConfig]):
+        name = "outer_many_test"
+
+        async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+            subs = [Problem(id=f"s{i}", question=f"q{i}") for i in range(3)]
+            results = await ctx.run_strategies(DrainAll(), subs, label="sub")
+            return ctx.finish(",".join(r.problem_id for r in results))
+
+    backend = ScriptedBackend([Script(text=words(4), token_delay=0.001)])
+    result = await Orchestrator(backend).run(Outer(), PROBLEM)
+    assert result.answer == "s0,s1,s2"
+    assert {t.label for t in result.traces} == {"sub0/sample", "sub1/sample", "sub2/sample"}
+    # the three sub-runs overlapped: every sample started before any of them ended
+    assert max(t.start for t in result.traces) < min(t.end or 0 for t in result.traces)
+    assert result.usage.sequential_tokens == 4 and result.usage.num_samples == 12
