@@ -100,6 +100,9 @@ class Fanout:
             # left at all, in anyio's "exit a cancel scope" error).
             jobs = self._prepare(requests, account.backend.capabilities)
         except BaseException:
+            for live in self._lives:  # filed but never started: closed as abandoned, nothing to stop
+                account.ledger.live.pop(live.trace.id, None)
+                live.finish(account.now())
             self._send.close()
             self._recv.close()
             raise

@@ -72,6 +72,8 @@ async def test_an_error_while_a_fanout_starts_is_the_error_raised() -> None:
     def sink(event: object) -> None:
         raise _Boom("the event sink broke")
 
-    orchestrator = Orchestrator(ScriptedBackend([Script(text="a")]), on_event=sink)
+    backend = ScriptedBackend([Script(text="a")])
+    orchestrator = Orchestrator(backend, on_event=sink)
     with pytest.raises(_Boom, match="the event sink broke"):
         await orchestrator.run(_OneSample(), Problem(question="q"))
+    assert backend.streams == []  # nothing was started
