@@ -84,8 +84,8 @@ async def score(
     texts = [(prefix(p["a"], mode, k), prefix(p["b"], mode, k)) for p in pairs]
     if name != "llm":
         return await judge.same_answer(texts)
+    from paragen import RunContext
     from paragen.backends.engine import EngineBackend
-    from paragen.context import RunContext
     from paragen.types import Problem
 
     backend = EngineBackend.from_spec(None)

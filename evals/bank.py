@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from evals.metrics import bootstrap_ci, expected_maj_at_k
-from paragen.answers import extract_answer, majority_vote
+from paragen.answers import extract_answer
 from paragen.types import Trace
+from strategies import confidence
 
 if TYPE_CHECKING:
     from evals.records import EvalRecord
@@ -109,41 +110,24 @@ def mean_logprob(trace: Trace) -> float:
 
 
 def token_confidences(trace: Trace) -> list[float]:
-    """Per-token confidence, higher = surer.
-
-    With top-k alternatives this is DeepConf's measure, minus their mean log-probability
-    (a peaked distribution leaves the alternatives very unlikely). Without them, the
-    chosen token's probability stands in (positive, so it can weight a vote).
-    """
-    if trace.top_logprobs:
-        return [-sum(top) / len(top) for top in trace.top_logprobs if top]
-    return [math.exp(lp) for lp in trace.logprobs or []]
+    """Per-token confidence of a recorded sample, higher = surer (``strategies.confidence``)."""
+    return confidence.token_confidences(trace.logprobs, trace.top_logprobs)
 
 
 def lowest_group_confidence(confidences: Sequence[float], window: int = 256) -> float:
     """The lowest mean confidence over sliding windows (DeepConf's "lowest group confidence")."""
-    if not confidences:
-        return 0.0
-    window = max(1, min(window, len(confidences)))
-    running = sum(confidences[:window])
-    lowest = running
-    for i in range(window, len(confidences)):
-        running += confidences[i] - confidences[i - window]
-        lowest = min(lowest, running)
-    return lowest / window
+    return confidence.trace_score(confidences, window, "lowest_group")
 
 
 def deepconf_offline(item: BankProblem, verdicts: Verdicts, *, keep: float = 0.9, window: int = 256) -> bool:
-    """Keep the most confident ``keep`` fraction of samples, then vote weighted by confidence."""
-    scored = [
-        (lowest_group_confidence(token_confidences(t), window), a)
-        for t, a in zip(item.traces, item.answers, strict=True)
-    ]
-    if not scored:
+    """Keep the most confident ``keep`` fraction of samples, then vote weighted by confidence.
+
+    The same function as the live ``deepconf`` strategy (``confident_vote``, eta = 100 * keep).
+    """
+    scores = [confidence.trace_confidence(t.logprobs, t.top_logprobs, window) for t in item.traces]
+    if not scores:
         return False
-    count = max(1, round(len(scored) * keep))
-    kept = sorted(scored, key=lambda s: -s[0])[:count]
-    winner = majority_vote([a for _, a in kept], weights=[c for c, _ in kept])
+    winner, _ = confidence.confident_vote(item.answers, scores, 100 * keep)
     return _is_correct(item, winner, verdicts)
 
 

@@ -46,10 +46,11 @@ from evals.records import (
 )
 from evals.tasks.base import Task
 from paragen.backends.base import Backend
-from paragen.config import Budget, parse_backend_spec, spec_without_credentials
+from paragen.config import Budget, spec_without_credentials
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
-from paragen.registry import load_backend, load_strategy
+from paragen.registry import build_backend as build_backend  # re-exported: evals.cli imports it here
+from paragen.registry import load_strategy
 from paragen.strategy import Strategy, build_strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
@@ -94,13 +95,6 @@ def _admits_many(name: str) -> bool:
         if (le is not None and le < 2) or (lt is not None and lt <= 2):
             return False
     return True
-
-
-def build_backend(spec: str, options: dict[str, Any] | None = None) -> Backend:
-    """A backend from a ``kind[:target]`` spec through the plugin registry."""
-    kind, target = parse_backend_spec(spec)
-    backend: Backend = load_backend(kind).from_spec(target, **(options or {}))
-    return backend
 
 
 @dataclass
@@ -194,7 +188,7 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
     writer = RecordWriter.open(spec.out)
     write_run_info(spec.out, run_info)
-    grader = Grader(workers=spec.grader_workers)
+    grader = Grader(workers=spec.grader_workers, equivalence=spec.task.equivalence)
     try:
         with _progress(spec.progress) as progress:
             for combo in spec.combos:

@@ -7,6 +7,7 @@ one better answer, sooner or cheaper than one long sample.
 from paragen.answers import NO_ANSWER, equivalent, extract_answer, majority_vote
 from paragen.api import asolve, solve
 from paragen.backends.base import Backend, Capabilities, CompletionStream, generate
+from paragen.children import ChildTasks
 from paragen.config import Budget
 from paragen.context import RunContext
 from paragen.errors import (
@@ -16,6 +17,8 @@ from paragen.errors import (
     ParagenError,
     PluginNotFoundError,
 )
+from paragen.fanout import Fanout
+from paragen.live import LiveSample, Monitor
 from paragen.orchestrator import Orchestrator
 from paragen.strategy import BaseStrategy, Strategy, StrategyConfig, build_strategy
 from paragen.types import (
@@ -42,11 +45,15 @@ __all__ = [
     "BudgetExceededError",
     "Capabilities",
     "ChatMessage",
+    "ChildTasks",
     "Completion",
     "CompletionStream",
     "ConfigError",
     "Delta",
+    "Fanout",
     "GenerateRequest",
+    "LiveSample",
+    "Monitor",
     "Orchestrator",
     "ParagenError",
     "PluginNotFoundError",

@@ -10,6 +10,7 @@ import anyio
 from paragen.backends.base import Backend
 from paragen.config import Budget
 from paragen.orchestrator import Orchestrator
+from paragen.registry import build_backend
 from paragen.strategy import Strategy, build_strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
@@ -18,16 +19,25 @@ async def asolve(
     question: str | Problem,
     *,
     strategy: str | Strategy = "majority",
-    backend: Backend,
+    backend: Backend | str,
     sampling: SamplingParams | None = None,
     budget: Budget | None = None,
     **options: Any,
 ) -> StrategyResult:
-    """Answer one question; ``options`` configure the strategy (e.g. ``n=8``)."""
+    """Answer one question; ``options`` configure the strategy (e.g. ``n=8``).
+
+    ``backend`` is a Backend (left open for the caller) or a spec such as ``"engine"``,
+    ``"openai:http://localhost:8000/v1"`` or ``"scripted"`` (built here and closed after).
+    """
     problem = question if isinstance(question, Problem) else Problem(question=question)
     chosen = build_strategy(strategy, options) if isinstance(strategy, str) else strategy
-    orchestrator = Orchestrator(backend, defaults=sampling, budget=budget)
-    return await orchestrator.run(chosen, problem)
+    if not isinstance(backend, str):
+        return await Orchestrator(backend, defaults=sampling, budget=budget).run(chosen, problem)
+    built = build_backend(backend)
+    try:
+        return await Orchestrator(built, defaults=sampling, budget=budget).run(chosen, problem)
+    finally:
+        await built.aclose()
 
 
 def run_sync(question: str | Problem, **kwargs: Any) -> StrategyResult:

@@ -1,4 +1,4 @@
-"""The ``paragen`` command line: run, strategies, backends (and eval/report from evals).
+"""The ``paragen`` command line: run, strategies, backends (and eval/report, added by entry point).
 
 Every mistake of the user's (a bad name, flag, config, an unreachable server) ends
 in one line on stderr naming what is wrong and what to do, and exit code 2. Heavy
@@ -31,7 +31,7 @@ from paragen.cli_options import (
 )
 from paragen.config import Budget
 from paragen.errors import ParagenError
-from paragen.registry import BACKEND_GROUP, STRATEGY_GROUP, load, names
+from paragen.registry import BACKEND_GROUP, COMMAND_GROUP, STRATEGY_GROUP, load, names
 
 app = typer.Typer(
     name="paragen",
@@ -113,17 +113,25 @@ def _list_plugins(group: str) -> None:
     Console().print(table)
 
 
-def _mount_evals() -> None:
-    try:
-        from evals.cli import register
-    except ImportError:  # the harness is optional for the core
-        return
-    register(app)
+_mounted: set[str] = set()
+
+
+def _mount_commands() -> None:
+    """Add the commands of "paragen.commands" plugins (the eval harness: eval, report), once each."""
+    for name in names(COMMAND_GROUP):
+        if name in _mounted:
+            continue
+        _mounted.add(name)
+        try:
+            add_commands = load(COMMAND_GROUP, name)
+        except ParagenError:  # a plugin that cannot be imported must not take the core's commands down
+            continue
+        add_commands(app)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning every user error into one line and exit code 2."""
-    _mount_evals()
+    _mount_commands()
     try:
         # standalone_mode=False: click returns a command's typer.Exit code instead of exiting.
         code = app(args=argv, standalone_mode=False)

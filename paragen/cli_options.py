@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import typer
 from pydantic import SecretStr
 
-from paragen.config import parse_backend_spec, split_credentials
+from paragen.config import parse_backend_spec
 from paragen.errors import ConfigError
 
 SEED_HELP = (
@@ -167,29 +167,14 @@ class BackendChoice:
 def choose_backend(
     spec: str, *, model: str | None, base_url: str | None, options: Sequence[str]
 ) -> BackendChoice:
-    """``KIND[:TARGET]`` plus --model/--base-url/--backend-opt, checked; credentials in a URL
-    become the backend's api_key and leave the spec that is shown."""
-    from paragen.registry import BACKEND_GROUP, load
+    """``KIND[:TARGET]`` plus --model/--base-url/--backend-opt, checked, values read against the
+    backend's Config; credentials in a URL become the backend's api_key and leave the shown spec."""
+    from paragen.registry import load_backend, resolve_backend
 
-    kind, target = parse_backend_spec(spec)
-    if base_url is not None:
-        if kind != "openai":
-            raise ConfigError(
-                "--base-url is for the openai backend", hint=f"the {kind} backend takes a target"
-            )
-        target = target or base_url
-    target, secret = split_credentials(target)
-    plugin = load(BACKEND_GROUP, kind)
-    values = typed_options(parse_pairs(options, "--backend-opt"), getattr(plugin, "Config", None))
-    if secret is not None:
-        if "api_key" in values:
-            raise ConfigError("two API keys given: one in the URL and --backend-opt api_key", hint="give one")
-        values["api_key"] = secret
-    if model is not None:
-        if kind == "engine":
-            target = target or model
-        else:
-            values["model"] = model
+    kind, _ = parse_backend_spec(spec)
+    config = getattr(load_backend(kind), "Config", None)
+    values = typed_options(parse_pairs(options, "--backend-opt"), config)
+    plugin, target, values = resolve_backend(spec, values, model=model, base_url=base_url)
     return BackendChoice(plugin, target, values, kind if target is None else f"{kind}:{target}")
 
 

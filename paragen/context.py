@@ -12,85 +12,40 @@ Strategies never touch a backend or spawn tasks; they ask the context::
 Every sample becomes a :class:`~paragen.types.Trace` in the run's ledger, with its
 tokens counted up to the moment it ended, so accounting is identical for every
 strategy. A sample whose backend fails becomes a trace with status "error"; its
-siblings go on.
+siblings go on. Other concurrent work (tool calls, a queue read while a fan-out runs,
+sub-strategies side by side) goes through ``ctx.concurrently()``: the task group is the
+context's, never the strategy's.
+
+The modules build on each other in one direction: ``live`` -> ``ledger`` (the books, with
+the backend, private to the core) -> ``fanout`` / ``children`` -> ``context`` ->
+``strategy`` -> ``orchestrator``. ``run_strategy`` takes any :class:`Runnable`, so this
+module needs nothing from ``strategy``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from paragen.accounting import summarize
 from paragen.backends.base import Backend, Capabilities
+from paragen.children import ChildTasks
 from paragen.config import Budget
-from paragen.errors import BudgetExceededError
-from paragen.events import EventSink, Note, SampleEnded, SampleStarted
-from paragen.live import LiveSample, Monitor
+from paragen.events import Note
+from paragen.fanout import Fanout, ToolSpan
+from paragen.ledger import Account, BudgetView, Clock, Ledger
+from paragen.live import Monitor
 from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
 
-if TYPE_CHECKING:
-    from paragen.fanout import Fanout
-    from paragen.strategy import Strategy
 
-
-class Clock:
-    """The run's monotonic clock: seconds since the run started."""
-
-    __slots__ = ("_origin",)
-
-    def __init__(self) -> None:
-        self._origin = time.perf_counter()
-
-    def now(self) -> float:
-        return time.perf_counter() - self._origin
-
-
-class Ledger:
-    """State shared by a run and the sub-runs of composed strategies."""
-
-    def __init__(self, budget: Budget, sink: EventSink | None) -> None:
-        self.budget = budget
-        self.sink = sink
-        self.clock = Clock()
-        self.traces: list[Trace] = []
-        self.live: dict[int, LiveSample] = {}
-        self.total_tokens = 0
-        self.budget_hit = False
-
-
-class BudgetView:
-    """What a strategy may read of the run's budget."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
+class Runnable(Protocol):
+    """What ``run_strategy`` needs of a strategy (the Strategy protocol, which builds on this module)."""
 
     @property
-    def max_total_tokens(self) -> int | None:
-        return self._ledger.budget.max_total_tokens
+    def name(self) -> str: ...
 
-    @property
-    def max_sequential_tokens(self) -> int | None:
-        return self._ledger.budget.max_sequential_tokens
-
-    @property
-    def used_total_tokens(self) -> int:
-        return self._ledger.total_tokens
-
-    @property
-    def remaining_total_tokens(self) -> int | None:
-        cap = self._ledger.budget.max_total_tokens
-        return None if cap is None else max(0, cap - self._ledger.total_tokens)
-
-    @property
-    def deadline_s(self) -> float | None:
-        return self._ledger.budget.deadline_s
-
-    @property
-    def remaining_s(self) -> float | None:
-        deadline = self._ledger.budget.deadline_s
-        return None if deadline is None else max(0.0, deadline - self._ledger.clock.now())
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult: ...
 
 
 class RunContext:
@@ -106,32 +61,36 @@ class RunContext:
         strategy_name: str = "",
         label_prefix: str = "",
     ) -> None:
-        self.backend = backend
         self.problem = problem
         self.defaults = defaults or SamplingParams()
-        self.ledger = ledger or Ledger(Budget(), None)
         self.strategy_name = strategy_name
-        self.label_prefix = label_prefix
-        self.budget = BudgetView(self.ledger)
-        self._own: list[Trace] = []
+        self._backend = backend
+        self._ledger = ledger or Ledger(Budget(), None)
+        self._account = Account(backend, self._ledger, problem.id, label_prefix)
+        self.budget = BudgetView(self._ledger)
 
     # -- reading -------------------------------------------------------------------------------
 
     @property
     def capabilities(self) -> Capabilities:
-        return self.backend.capabilities
+        """What the backend can do (logprobs, native n, per-choice abort, ...); the backend stays private."""
+        return self._backend.capabilities
+
+    @property
+    def label_prefix(self) -> str:
+        return self._account.label_prefix
 
     @property
     def clock(self) -> Clock:
-        return self.ledger.clock
+        return self._ledger.clock
 
     @property
     def traces(self) -> list[Trace]:
         """The traces this context (and strategies it ran) produced so far."""
-        return list(self._own)
+        return list(self._account.traces)
 
     def now(self) -> float:
-        return self.ledger.clock.now()
+        return self._ledger.clock.now()
 
     # -- building requests -----------------------------------------------------------------------
 
@@ -186,53 +145,70 @@ class RunContext:
         None then). ``monitor`` is called after every delta and may prune a sample.
         Leaving the block cancels whatever still runs (reason "abandoned").
         """
-        from paragen.fanout import Fanout
-
         requests = _expand(request, n)
-        return Fanout(self, requests, label, list(parents), checkpoint, monitor, kind)
+        return Fanout(self._account, requests, label, list(parents), checkpoint, monitor, kind)
+
+    def concurrently(self) -> ChildTasks:
+        """A block whose children (coroutines, tool calls, child strategies) run at once.
+
+        ``async with ctx.concurrently() as children: children.start(fn, *args)``; leaving the
+        block waits for them all. The task group is the core's: strategies never make their own.
+        """
+        return ChildTasks()
 
     async def cancel(self, reason: str) -> None:
         """Stop every sample of the run that is still running, recording ``reason``."""
-        for live in list(self.ledger.live.values()):
-            await stop_sample(live, reason, "cancelled")
+        await self._ledger.cancel_all(reason)
 
     def emit(self, message: str, **data: Any) -> None:
         """Send a strategy's own event (a decision worth seeing) to the run's listeners."""
         self._send(Note(problem_id=self.problem.id, t=self.now(), message=message, data=data))
 
     async def count_tokens(self, text: str) -> int:
-        count, _ = await self.backend.count_tokens(text)
+        count, _ = await self._backend.count_tokens(text)
         return count
 
     # -- composition and results -----------------------------------------------------------------
 
     async def run_strategy(
-        self, strategy: Strategy, problem: Problem | None = None, *, label: str | None = None
+        self, strategy: Runnable, problem: Problem | None = None, *, label: str | None = None
     ) -> StrategyResult:
         """Run another strategy inside this run: its samples share this run's ledger and budget."""
         child = RunContext(
-            self.backend,
+            self._backend,
             problem or self.problem,
             defaults=self.defaults,
-            ledger=self.ledger,
+            ledger=self._ledger,
             strategy_name=strategy.name,
             label_prefix=f"{self.label_prefix}{label or strategy.name}/",
         )
         result = await strategy.run(child.problem, child)
-        self._own.extend(child._own)
+        self._account.traces.extend(child._account.traces)
         return result
+
+    async def run_strategies(
+        self, strategy: Runnable, problems: Sequence[Problem], *, label: str
+    ) -> list[StrategyResult]:
+        """Run ``strategy`` on every problem at once (labelled ``{label}0``, ...); results in input order."""
+        results: list[StrategyResult | None] = [None] * len(problems)
+
+        async def one(index: int) -> None:
+            results[index] = await self.run_strategy(strategy, problems[index], label=f"{label}{index}")
+
+        async with self.concurrently() as children:
+            for index in range(len(problems)):
+                children.start(one, index)
+        return [r for r in results if r is not None]
 
     def tool_span(self, label: str, **meta: Any) -> AbstractAsyncContextManager[Trace]:
         """Time a tool call as a node of the run (no tokens; its own start and end)."""
-        from paragen.fanout import ToolSpan
-
-        return ToolSpan(self, label, meta)
+        return ToolSpan(self._account, label, meta)
 
     def finish(
         self, answer: str | None, *, text: str | None = None, metrics: dict[str, float] | None = None
     ) -> StrategyResult:
         """The strategy's result with the common accounting of its traces."""
-        traces = list(self._own)
+        traces = list(self._account.traces)
         return StrategyResult(
             strategy=self.strategy_name,
             problem_id=self.problem.id,
@@ -243,70 +219,8 @@ class RunContext:
             metrics=dict(metrics or {}),
         )
 
-    # -- internals used by Fanout ----------------------------------------------------------------
-
-    def new_trace(self, label: str, kind: str, parents: list[int]) -> Trace:
-        trace = Trace(
-            id=len(self.ledger.traces),
-            label=f"{self.label_prefix}{label}",
-            kind=kind,
-            start=self.now(),
-            parents=parents,
-        )
-        self.ledger.traces.append(trace)
-        self._own.append(trace)
-        if self.ledger.sink is not None:
-            self._send(
-                SampleStarted(problem_id=self.problem.id, trace_id=trace.id, label=trace.label, t=trace.start)
-            )
-        return trace
-
-    def check_budget(self, request: GenerateRequest) -> GenerateRequest:
-        """Refuse new work once the budget is spent; clip max_tokens to the sequential cap."""
-        if self.ledger.budget_hit:
-            raise BudgetExceededError("the run's token budget is used up", kind="total_tokens")
-        cap = self.ledger.budget.max_sequential_tokens
-        if cap is not None and request.params.max_tokens > cap:
-            return request.model_copy(
-                update={"params": request.params.model_copy(update={"max_tokens": cap})}
-            )
-        return request
-
-    def charge(self, tokens: int) -> bool:
-        """Count generated tokens; True once the total budget is spent (the caller then stops the run).
-
-        It stays True after the first time, so a sample that still delivers a token stops the run
-        even when the budget was crossed by a count that arrived where nobody could act on it.
-        """
-        ledger = self.ledger
-        ledger.total_tokens += tokens
-        cap = ledger.budget.max_total_tokens
-        if cap is not None and ledger.total_tokens >= cap:
-            ledger.budget_hit = True
-        return ledger.budget_hit
-
-    def ended(self, trace: Trace) -> None:
-        self.ledger.live.pop(trace.id, None)
-        if self.ledger.sink is not None:
-            self._send(SampleEnded(problem_id=self.problem.id, trace=trace))
-
     def _send(self, event: Any) -> None:
-        sink = self.ledger.sink
-        if sink is not None:
-            sink(event)
-
-
-async def stop_sample(live: LiveSample, reason: str, status: str) -> None:
-    """Stop one running sample: cancel its own request, or abort its choice of a shared one."""
-    if not live.is_running or live.stop_reason is not None:
-        return
-    live.request_stop(reason, status)  # type: ignore[arg-type]
-    if live.scope is not None:
-        live.scope.cancel()
-    elif live.group is not None:
-        await live.group.abort(live.index)
-        if live.on_stop is not None:
-            live.on_stop()
+        self._ledger.send(event)
 
 
 def _expand(request: GenerateRequest | Sequence[GenerateRequest], n: int | None) -> list[GenerateRequest]:

@@ -4,6 +4,8 @@ One task group per fan-out. A sample of its own request runs in its own cancel
 scope, so stopping it closes its stream (the server aborts the request). Choices of
 one ``n > 1`` request share a stream when the backend can abort choices one by one
 (the engine: one prefill serves all choices); stopping one aborts just that choice.
+It files traces through an :class:`~paragen.ledger.Account`, never through the
+RunContext, so the context builds on this module and not the other way round.
 """
 
 from __future__ import annotations
@@ -11,22 +13,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from paragen.backends.base import CompletionStream
-from paragen.context import stop_sample
+from paragen.backends.base import Capabilities
 from paragen.errors import BackendError
-from paragen.live import LiveSample, Monitor
+from paragen.ledger import Account
+from paragen.live import LiveSample, Monitor, stop_sample
 from paragen.types import GenerateRequest, Trace
 
-if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
-
-    from paragen.context import RunContext
+Job = Callable[[], Coroutine[Any, Any, None]]
 
 
 class Fanout:
@@ -34,7 +35,7 @@ class Fanout:
 
     def __init__(
         self,
-        ctx: RunContext,
+        account: Account,
         requests: list[GenerateRequest],
         label: str,
         parents: list[int],
@@ -42,7 +43,7 @@ class Fanout:
         monitor: Monitor | None,
         kind: str,
     ) -> None:
-        self._ctx = ctx
+        self._account = account
         self._requests = requests
         self._label = label
         self._parents = parents
@@ -91,24 +92,42 @@ class Fanout:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Fanout:
-        ctx = self._ctx
-        requests = [ctx.check_budget(r) for r in self._requests]
+        account = self._account
+        requests = [account.ledger.check_budget(r) for r in self._requests]
+        try:
+            # Everything that can fail happens before the task group exists: a task group left by
+            # an exception of its own host would hide that exception in an ExceptionGroup (or, not
+            # left at all, in anyio's "exit a cancel scope" error).
+            jobs = self._prepare(requests, account.backend.capabilities)
+        except BaseException:
+            for live in self._lives:  # filed but never started: closed as abandoned, nothing to stop
+                account.ledger.live.pop(live.trace.id, None)
+                live.finish(account.now())
+            self._send.close()
+            self._recv.close()
+            raise
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        caps = ctx.capabilities
-        for request in requests:
-            if request.n > 1 and caps.native_n and caps.per_choice_abort:
-                lives = [self._new_live(i) for i in range(request.n)]
-                self._tg.start_soon(self._drive_group, lives, request)
-            else:
-                for i in range(request.n):
-                    one = request if request.n == 1 else _single(request, i)
-                    live = self._new_live(0)
-                    live.scope = anyio.CancelScope()
-                    self._tg.start_soon(self._drive_one, live, one)
+        for job in jobs:
+            self._tg.start_soon(job)
         if not self._lives:
             self._send.close()
         return self
+
+    def _prepare(self, requests: list[GenerateRequest], caps: Capabilities) -> list[Job]:
+        """A trace per sample, filed now, and the job that will drive it."""
+        jobs: list[Job] = []
+        for request in requests:
+            if request.n > 1 and caps.native_n and caps.per_choice_abort:
+                lives = [self._new_live(i) for i in range(request.n)]
+                jobs.append(functools.partial(self._drive_group, lives, request))
+                continue
+            for i in range(request.n):
+                one = request if request.n == 1 else _single(request, i)
+                live = self._new_live(0)
+                live.scope = anyio.CancelScope()
+                jobs.append(functools.partial(self._drive_one, live, one))
+        return jobs
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -123,35 +142,37 @@ class Fanout:
     # -- driving samples -------------------------------------------------------------------------
 
     def _new_live(self, index: int) -> LiveSample:
-        trace = self._ctx.new_trace(self._label, self._kind, list(self._parents))
+        trace = self._account.new_trace(self._label, self._kind, list(self._parents))
         live = LiveSample(trace, index)
         self._lives.append(live)
-        self._ctx.ledger.live[trace.id] = live
+        self._account.ledger.live[trace.id] = live
         return live
 
     async def _drive_one(self, live: LiveSample, request: GenerateRequest) -> None:
-        ctx, error, stream = self._ctx, None, None
+        account, error, stream = self._account, None, None
+        ledger = account.ledger
         assert live.scope is not None
         try:
             with live.scope:
-                async with ctx.backend.stream(request) as stream:
+                async with account.backend.stream(request) as stream:
                     watching = self._monitor is not None or self._checkpoint is not None
-                    now = ctx.clock.now
+                    now, charge, add = ledger.clock.now, ledger.charge, live.add
                     async for delta in stream:
-                        live.add(delta, now())
-                        if ctx.charge(delta.num_tokens):
-                            await ctx.cancel("budget")
+                        add(delta, now())
+                        if charge(delta.num_tokens):
+                            await ledger.cancel_all("budget")
                         if watching:
                             await self._after_delta(live)
         except BackendError as exc:
             error = exc.one_line()
         finally:
             if stream is not None:
-                ctx.charge(live.apply_usage(stream.usage))
+                ledger.charge(live.apply_usage(stream.usage))
             self._end(live, error)
 
     async def _drive_group(self, lives: list[LiveSample], request: GenerateRequest) -> None:
-        ctx, error, stream = self._ctx, None, None
+        account, error, stream = self._account, None, None
+        ledger = account.ledger
         # Once no choice is left running, stop reading: a backend need not end the stream by
         # itself after its last choice was aborted, and waiting on it would hang the fan-out.
         scope = anyio.CancelScope()
@@ -163,7 +184,7 @@ class Fanout:
 
         try:
             with scope:
-                async with ctx.backend.stream(request) as stream:
+                async with account.backend.stream(request) as stream:
                     for live in lives:
                         live.group = stream
                         live.on_stop = functools.partial(end_choice, live)
@@ -174,9 +195,9 @@ class Fanout:
                         live = lives[delta.index]
                         if not live.is_running or live.stop_reason is not None:
                             continue
-                        live.add(delta, ctx.now())
-                        if ctx.charge(delta.num_tokens):
-                            await ctx.cancel("budget")
+                        live.add(delta, ledger.clock.now())
+                        if ledger.charge(delta.num_tokens):
+                            await ledger.cancel_all("budget")
                         if delta.finish_reason is not None:
                             live.apply_usage(stream.usage, choices=len(lives))
                             end_choice(live)
@@ -208,8 +229,8 @@ class Fanout:
     def _end(self, live: LiveSample, error: str | None) -> None:
         if not live.is_running:
             return
-        trace = live.finish(self._ctx.now(), error=error)
-        self._ctx.ended(trace)
+        trace = live.finish(self._account.now(), error=error)
+        self._account.ended(trace)
         self._num_ended += 1
         # If the consumer has left, the trace is in the ledger all the same.
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -221,9 +242,9 @@ class Fanout:
 class ToolSpan:
     """Times one tool call as a trace of kind "tool"; an exception marks it "error" and propagates."""
 
-    def __init__(self, ctx: RunContext, label: str, meta: dict[str, Any]) -> None:
-        self._ctx = ctx
-        self._trace = ctx.new_trace(label, "tool", [])
+    def __init__(self, account: Account, label: str, meta: dict[str, Any]) -> None:
+        self._account = account
+        self._trace = account.new_trace(label, "tool", [])
         self._trace.meta.update(meta)
 
     async def __aenter__(self) -> Trace:
@@ -233,13 +254,13 @@ class ToolSpan:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         trace = self._trace
-        trace.end = self._ctx.now()
+        trace.end = self._account.now()
         if exc is not None:
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             trace.status = "cancelled" if cancelled else "error"
             trace.error = None if cancelled else f"{type(exc).__name__}: {exc}"
         trace.finish_reason = "stop" if trace.status == "ok" else "abort"
-        self._ctx.ended(trace)
+        self._account.ended(trace)
 
 
 def _single(request: GenerateRequest, index: int) -> GenerateRequest:
@@ -255,4 +276,4 @@ def _single(request: GenerateRequest, index: int) -> GenerateRequest:
     )
 
 
-__all__ = ["CompletionStream", "Fanout", "ToolSpan"]
+__all__ = ["Fanout", "ToolSpan"]

@@ -135,3 +135,16 @@ class LiveSample:
         if self.top_logprobs:
             trace.top_logprobs = self.top_logprobs
         return trace
+
+
+async def stop_sample(live: LiveSample, reason: str, status: TraceStatus) -> None:
+    """Stop one running sample: cancel its own request, or abort its choice of a shared one."""
+    if not live.is_running or live.stop_reason is not None:
+        return
+    live.request_stop(reason, status)
+    if live.scope is not None:
+        live.scope.cancel()
+    elif live.group is not None:
+        await live.group.abort(live.index)
+        if live.on_stop is not None:
+            live.on_stop()

@@ -18,9 +18,10 @@ import anyio
 from paragen.accounting import summarize
 from paragen.backends.base import Backend
 from paragen.config import Budget
-from paragen.context import Ledger, RunContext
+from paragen.context import RunContext
 from paragen.errors import BackendError, BudgetExceededError
 from paragen.events import EventSink, RunEnded
+from paragen.ledger import Ledger
 from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
@@ -65,17 +66,22 @@ class Orchestrator:
             stop_reason = "deadline"
         if ledger.budget_hit and stop_reason == "done" and result is None:
             stop_reason = "budget"
-        result = self._complete(result, ctx, stop_reason, error)
+        result = self._complete(result, ctx, ledger, stop_reason, error)
         result.config = strategy.config.model_dump(mode="json")
         if self.on_event is not None:
             self.on_event(RunEnded(result=result))
         return result
 
     def _complete(
-        self, result: StrategyResult | None, ctx: RunContext, stop_reason: str, error: str | None
+        self,
+        result: StrategyResult | None,
+        ctx: RunContext,
+        ledger: Ledger,
+        stop_reason: str,
+        error: str | None,
     ) -> StrategyResult:
         latency = ctx.now()
-        traces = ctx.ledger.traces
+        traces = ledger.traces
         for trace in traces:  # a deadline may have cut samples off mid-way
             if trace.end is None:
                 trace.end, trace.status, trace.cancel_reason = latency, "cancelled", stop_reason
@@ -92,7 +98,7 @@ class Orchestrator:
             )
         if stop_reason == "done":  # the strategy's own verdict stands unless the run was cut short
             stop_reason = (
-                "budget" if ctx.ledger.budget_hit and result.stop_reason == "done" else result.stop_reason
+                "budget" if ledger.budget_hit and result.stop_reason == "done" else result.stop_reason
             )
         return result.model_copy(
             update={

@@ -12,10 +12,9 @@ from math import comb
 
 from pydantic import Field
 
+from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import extract_answer, vote_counts
-from paragen.context import RunContext
 from paragen.prompts import solve_messages
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
 from strategies.majority import finish_vote
 

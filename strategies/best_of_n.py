@@ -11,11 +11,10 @@ from collections.abc import Callable
 
 from pydantic import Field, field_validator
 
+from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import extract_answer
-from paragen.context import RunContext
 from paragen.errors import ConfigError
 from paragen.prompts import solve_messages
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import Problem, StrategyResult, Trace
 
 Scorer = Callable[[Trace], float]

@@ -5,8 +5,8 @@ force the answer with ``answer_cue``. ``extend``: when the model ends its thinki
 ``end_think`` delimiter or stops) before the budget is spent, suppress that and append
 ``wait_word`` so it keeps thinking, up to ``waits`` times; then force the answer as in cap.
 Each continuation is a new call that prefills the assistant turn with everything so far, so
-the backend must continue a prefilled message (``capabilities.continue_final``); chat-only
-APIs cannot do this.
+the backend must continue a prefilled message (``capabilities.continue_final``): the engine,
+or vLLM / SGLang on their chat endpoint; a completions-only endpoint cannot.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, extract_answer
-from paragen.context import RunContext
 from paragen.errors import ConfigError
 from paragen.prompts import solve_messages
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
 
 
@@ -50,7 +49,7 @@ class BudgetForcing(BaseStrategy[BudgetForcingConfig]):
         if not ctx.capabilities.continue_final:
             raise ConfigError(
                 "budget forcing needs a backend that continues a prefilled reply",
-                hint="use the engine or a completions-capable server (capabilities.continue_final)",
+                hint="use the engine, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)",
             )
         text, used, waits, last = cfg.think_open, 0, 0, None
         while True:

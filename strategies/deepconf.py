@@ -13,80 +13,27 @@ probability, a weaker signal: documented in docs/strategies.md).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Literal
 
 from pydantic import Field
 
+from paragen import BaseStrategy, LiveSample, Monitor, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, answer_key
-from paragen.context import RunContext
 from paragen.errors import ConfigError
-from paragen.live import LiveSample, Monitor
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
+from strategies.confidence import (
+    ScoreMethod,
+    confident_vote,
+    group_confidences,
+    keep_top,
+    percentile,
+    token_confidences,
+    trace_confidence,
+    trace_score,
+)
 from strategies.toolkit import annotate, overrides, solve_request, vote_finish
 
-ScoreMethod = Literal["lowest_group", "bottom10", "tail", "mean"]
-
-# -- pure parts ----------------------------------------------------------------------------------
-
-
-def token_confidences(
-    logprobs: Sequence[float] | None, top_logprobs: Sequence[Sequence[float]] | None
-) -> list[float]:
-    """C_i = -mean of the top-k log-probabilities at i; higher means surer.
-
-    Without top-k alternatives, -log p of the chosen token would run the wrong way (a sure
-    token has log p near 0), so the fallback is the chosen token's probability instead.
-    """
-    if top_logprobs:
-        return [-sum(row) / len(row) if row else 0.0 for row in top_logprobs]
-    return [math.exp(lp) for lp in logprobs or ()]
-
-
-def group_confidences(conf: Sequence[float], window: int) -> list[float]:
-    """Means over every window of ``window`` consecutive tokens (one group if the trace is shorter)."""
-    if not conf:
-        return []
-    if len(conf) <= window:
-        return [sum(conf) / len(conf)]
-    total = sum(conf[:window])
-    groups = [total / window]
-    for i in range(window, len(conf)):
-        total += conf[i] - conf[i - window]
-        groups.append(total / window)
-    return groups
-
-
-def trace_score(conf: Sequence[float], window: int, method: ScoreMethod = "lowest_group") -> float:
-    """One confidence per trace, higher is better."""
-    groups = group_confidences(conf, window)
-    if not groups:
-        return 0.0
-    if method == "lowest_group":
-        return min(groups)
-    if method == "bottom10":
-        worst = sorted(groups)[: max(1, len(groups) // 10)]
-        return sum(worst) / len(worst)
-    if method == "tail":
-        return group_confidences(conf[-window:], window)[0]
-    return sum(conf) / len(conf)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated q-th percentile (0..100)."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    low, high = math.floor(pos), math.ceil(pos)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def keep_top(scores: Sequence[float], eta: float) -> list[int]:
-    """Indices of the top ``eta`` percent by score (at least one), in input order."""
-    count = max(1, math.ceil(len(scores) * eta / 100))
-    best = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:count]
-    return sorted(best)
+# -- pure parts (the confidence math itself is in strategies.confidence) -------------------------
 
 
 def leader_share(answers: Sequence[str | None], weights: Sequence[float]) -> float:
@@ -137,7 +84,7 @@ class DeepConf(BaseStrategy[DeepConfConfig]):
         cfg = self.config
         finished = await self._sample(ctx, self._request(ctx, problem), cfg.n, None)
         scores = [self.score(t) for t in finished]
-        kept = keep_top(scores, cfg.eta)
+        _, kept = confident_vote([t.answer for t in finished], scores, cfg.eta)
         return vote_finish(
             ctx,
             [finished[i] for i in kept],
@@ -146,8 +93,7 @@ class DeepConf(BaseStrategy[DeepConfConfig]):
         )
 
     def score(self, trace: Trace) -> float:
-        conf = token_confidences(trace.logprobs, trace.top_logprobs)
-        value = trace_score(conf, self.config.window, self.config.method)
+        value = trace_confidence(trace.logprobs, trace.top_logprobs, self.config.window, self.config.method)
         trace.meta["confidence"] = value
         return value
 
@@ -223,3 +169,21 @@ class DeepConfOnline(DeepConf):
                 if leader_share([t.answer for t in voters], weights) >= cfg.consensus:
                     await fan.cancel("deepconf: consensus")
                     return
+
+
+__all__ = [  # the confidence math is re-exported: it was defined here first
+    "DeepConf",
+    "DeepConfConfig",
+    "DeepConfOnline",
+    "DeepConfOnlineConfig",
+    "ScoreMethod",
+    "confidence_monitor",
+    "confident_vote",
+    "group_confidences",
+    "keep_top",
+    "leader_share",
+    "percentile",
+    "token_confidences",
+    "trace_confidence",
+    "trace_score",
+]

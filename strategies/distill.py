@@ -15,8 +15,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from paragen import RunContext
 from paragen.answers import answer_key
-from paragen.context import RunContext
 from paragen.errors import ConfigError
 
 Scorer = Callable[[str, Sequence[str], Sequence[str | None]], Sequence[float]]
@@ -123,7 +123,9 @@ async def bounded(ctx: RunContext, pieces: Sequence[str], kappa: int) -> str:
     fitted = fit_to_budget(pieces, counts, kappa)
     text = render(fitted)
     while fitted and await ctx.count_tokens(text) > kappa:
-        fitted = [p[len(p) // 10 :] for p in fitted]  # headers and joins cost tokens too; trim 10%
+        # Headers and joins cost tokens too: trim 10% (at least a character) from each front; once
+        # nothing is left to trim, the headers alone are over kappa, so show fewer attempts.
+        fitted = [p[max(1, len(p) // 10) :] for p in fitted] if any(fitted) else fitted[1:]
         text = render(fitted)
     return text
 

@@ -20,10 +20,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
-from paragen.context import RunContext
 from paragen.errors import ConfigError
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
 from strategies.toolkit import annotate, overrides, prefixed_request, solve_request, vote_finish
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
-from paragen.context import RunContext
 from paragen.prompts import solve_messages
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
 from strategies.toolkit import annotate, overrides, vote_finish
 

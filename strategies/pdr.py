@@ -22,9 +22,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from paragen import BaseStrategy, RunContext, Strategy, StrategyConfig, build_strategy
 from paragen.answers import ExtractMode, majority_vote
-from paragen.context import RunContext
-from paragen.strategy import BaseStrategy, Strategy, StrategyConfig, build_strategy
 from paragen.types import Problem, StrategyResult, Trace
 from strategies.distill import (
     SELECTORS,
@@ -34,7 +33,7 @@ from strategies.distill import (
     global_summary,
     load_scorer,
 )
-from strategies.toolkit import annotate, overrides, run_concurrently, solve_request
+from strategies.toolkit import annotate, overrides, solve_request
 
 Operator = Literal["global_summary", "shared_topk", "per_sample_topk", "random_k"]
 
@@ -111,7 +110,7 @@ class PDR(BaseStrategy[PDRConfig]):
         questions = [refine_question(problem.question, w) for w in workspaces]
         if sub is not None:
             problems = [Problem(id=f"{problem.id}/r{r}d{i}", question=q) for i, q in enumerate(questions)]
-            results = await run_concurrently(ctx, sub, problems, label=f"round{r}/draft")
+            results = await ctx.run_strategies(sub, problems, label=f"round{r}/draft")
             return [_draft_of(res) for res in results]
         parents = [i for d in (rounds[-1] if rounds else []) for i in d.trace_ids]
         cfg = self.config

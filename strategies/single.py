@@ -6,10 +6,9 @@ from typing import Any
 
 from pydantic import Field
 
+from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import extract_answer
-from paragen.context import RunContext
 from paragen.prompts import solve_messages
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import Problem, StrategyResult
 
 

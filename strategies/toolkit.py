@@ -8,13 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
-
+from paragen import RunContext
 from paragen.answers import ExtractMode, extract_answer, majority_vote, vote_counts
-from paragen.context import RunContext
 from paragen.prompts import solve_messages
-from paragen.strategy import Strategy
-from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
+from paragen.types import ChatMessage, GenerateRequest, StrategyResult, Trace
 
 
 def overrides(
@@ -59,22 +56,3 @@ def vote_finish(
         "distinct_answers": float(len(counts)),
     }
     return ctx.finish(winner, text=text, metrics={**found, **(metrics or {})})
-
-
-async def run_concurrently(
-    ctx: RunContext, strategy: Strategy, problems: Sequence[Problem], *, label: str
-) -> list[StrategyResult]:
-    """Run ``strategy`` on each problem at once through ``ctx.run_strategy``; results in input order.
-
-    Why a task group here: RunContext composes one sub-strategy at a time; a PDR round needs
-    M of them in parallel. (Proposed to the lead as ``ctx.run_strategies``.)
-    """
-    results: list[StrategyResult | None] = [None] * len(problems)
-
-    async def one(index: int) -> None:
-        results[index] = await ctx.run_strategy(strategy, problems[index], label=f"{label}{index}")
-
-    async with anyio.create_task_group() as tg:
-        for index in range(len(problems)):
-            tg.start_soon(one, index)
-    return [r for r in results if r is not None]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from evals.tasks.base import DATA_DIR, Fields, HubSource, Task
 from evals.tasks.loading import LoadedTask, Selection, hub_offline, load_problems, load_rows, load_task
+from evals.tools_tasks import TOOL_TASKS
 from paragen.answers import ExtractMode
 from paragen.errors import ConfigError
 
@@ -21,7 +22,7 @@ _MODES: tuple[ExtractMode, ...] = ("auto", "boxed", "answer_is", "last_number")
 
 
 def task_names() -> list[str]:
-    return list(BUILTIN)
+    return [*BUILTIN, *TOOL_TASKS]
 
 
 def get_task(
@@ -39,6 +40,10 @@ def get_task(
     if spec in BUILTIN:
         task: Task = importlib.import_module(f"evals.tasks.{spec}").TASK
         return task if grading is None else _replace_grading(task, grading)
+    if spec in TOOL_TASKS:  # the tool-use benchmarks, imported only when asked for
+        from evals.tools_tasks import tool_task
+
+        return tool_task(spec)
     fields = Fields(question or "problem", answer or "answer", id_field)
     mode = _mode(grading or "auto")
     if spec.startswith("hf:"):
@@ -59,7 +64,7 @@ def get_task(
         )
     raise ConfigError(
         f"unknown task {spec!r}",
-        hint=f"use one of {', '.join(BUILTIN)}, a .jsonl/.csv/.parquet file, or hf:OWNER/NAME",
+        hint=f"use one of {', '.join(task_names())}, a .jsonl/.csv/.parquet file, or hf:OWNER/NAME",
     )
 
 

@@ -59,6 +59,9 @@ class Task:
     generate: Callable[[], list[dict[str, Any]]] | None = None
     file_format: str = "json"  # the `datasets` builder for a local file: json, csv or parquet
     note: str = ""
+    # (prediction, gold) -> correct, replacing math-verify for tasks whose answers are not math
+    # (Game of 24 expressions, the LLMCompiler sets' text); a top-level function, so it pickles.
+    equivalence: Callable[[str, str], bool] | None = None
 
     def bundled_path(self) -> Path:
         assert self.bundled is not None

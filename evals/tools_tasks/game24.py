@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from paragen.types import Problem
 
@@ -58,6 +59,19 @@ def grade_game24(problem: Problem, answer: str | None) -> bool:
     return check_24(answer, list(problem.meta["numbers"]))
 
 
+def game24_rows(rows: range | None = TOT_TEST_ROWS, path: Path = DATA) -> list[dict[str, Any]]:
+    """The puzzles as harness rows; the gold field holds the four numbers (see :func:`same_as_24`)."""
+    return [
+        {"id": p.id, "problem": p.question, "answer": " ".join(map(str, p.meta["numbers"]))}
+        for p in load_game24(rows, path)
+    ]
+
+
+def same_as_24(answer: str, numbers: str) -> bool:
+    """The harness's equivalence for Game of 24: ``numbers`` is the gold field, "4 9 10 13"."""
+    return check_24(answer, [int(n) for n in numbers.split()])
+
+
 def _value(node: ast.expr, used: list[int]) -> Fraction:
     if isinstance(node, ast.Constant) and type(node.value) is int:
         used.append(node.value)
@@ -72,4 +86,12 @@ def _value(node: ast.expr, used: list[int]) -> Fraction:
     raise ValueError(f"not allowed in a Game of 24 answer: {ast.dump(node)}")
 
 
-__all__ = ["QUESTION", "TOT_TEST_ROWS", "check_24", "grade_game24", "load_game24"]
+__all__ = [
+    "QUESTION",
+    "TOT_TEST_ROWS",
+    "check_24",
+    "game24_rows",
+    "grade_game24",
+    "load_game24",
+    "same_as_24",
+]

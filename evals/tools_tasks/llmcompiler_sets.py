@@ -40,6 +40,11 @@ def load_set(name: str, limit: int | None = None) -> list[Problem]:
     ]
 
 
+def set_rows(name: str) -> list[dict[str, Any]]:
+    """One of :data:`SETS` as harness rows (id, problem, answer)."""
+    return [{"id": p.id, "problem": p.question, "answer": p.gold} for p in load_set(name)]
+
+
 def strategy_options(lookup_root: str | None) -> dict[str, Any]:
     """Options for ``llmcompiler`` / ``react`` here: lookup over the user's documents, a calculator."""
     if not lookup_root or not Path(lookup_root).exists():
@@ -74,4 +79,4 @@ def _number(text: str) -> float | None:
         return None
 
 
-__all__ = ["SETS", "grade", "load_set", "normalize_answer", "strategy_options"]
+__all__ = ["SETS", "grade", "load_set", "normalize_answer", "set_rows", "strategy_options"]

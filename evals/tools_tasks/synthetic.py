@@ -11,15 +11,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import anyio
 from pydantic import BaseModel
 
-from paragen.backends.scripted import Script, ScriptedBackend, tokenize
 from paragen.types import GenerateRequest, Problem
-from strategies.llmcompiler.plan import END_OF_PLAN
 from strategies.llmcompiler.tools import Tool, tool
-from strategies.llmcompiler.tools.calculator import calculator
+
+if TYPE_CHECKING:
+    from paragen.backends.scripted import Script, ScriptedBackend
+
+# The scripted backend and LLMCompiler's plan syntax and calculator are imported where they are used:
+# importing this module (to list or load tasks) must not pull in a test double or a strategy's insides.
 
 
 class FetchArgs(BaseModel):
@@ -67,12 +71,18 @@ class SyntheticTask:
         ]
 
     def toolbox(self) -> dict[str, Tool]:
+        from strategies.llmcompiler.tools.calculator import calculator
+
         return {"fetch": fetch.bind(latencies=self.latencies), "calculator": calculator}
 
     def backend(self) -> ScriptedBackend:
+        from paragen.backends.scripted import ScriptedBackend
+
         return ScriptedBackend(self.respond)
 
     def script(self, text: str) -> Script:
+        from paragen.backends.scripted import Script
+
         return Script(text=text, token_delay=self.token_delay, first_delay=self.first_delay)
 
     def respond(self, request: GenerateRequest, index: int) -> Script:
@@ -87,6 +97,9 @@ class SyntheticTask:
 
     def ideal_llmcompiler_s(self, keys: list[str]) -> float:
         """The best wall time streaming LLMCompiler can reach: plan lines dispatched as they complete."""
+        from paragen.backends.scripted import tokenize
+        from strategies.llmcompiler.plan import END_OF_PLAN
+
         text = plan_text(keys)
         line_done = _line_times(text, self.token_delay, self.first_delay)
         fetched = [line_done[i] + self.latencies.get(k, 0.1) for i, k in enumerate(keys)]
@@ -96,10 +109,14 @@ class SyntheticTask:
         return max(sum_done, planner_end) + self._duration(join_text)
 
     def _duration(self, text: str) -> float:
+        from paragen.backends.scripted import tokenize
+
         return self.first_delay + (len(tokenize(text)) - 1) * self.token_delay
 
 
 def plan_text(keys: list[str]) -> str:
+    from strategies.llmcompiler.plan import END_OF_PLAN
+
     lines = ["Thought: every value can be fetched at once."]
     lines += [f'{i}. fetch("{k}")' for i, k in enumerate(keys, 1)]
     refs = " + ".join(f"${i}" for i in range(1, len(keys) + 1))
@@ -130,6 +147,8 @@ def _last_observation(text: str) -> str:
 
 def _line_times(text: str, token_delay: float, first_delay: float) -> list[float]:
     """When each line of ``text`` is complete: the token that opens the next line has arrived."""
+    from paragen.backends.scripted import tokenize
+
     times, pos = [], 0
     for i, token in enumerate(tokenize(text)):
         if "\n" in token and pos > 0:

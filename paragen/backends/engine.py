@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paragen.backends.base import Capabilities
@@ -105,7 +106,14 @@ class EngineBackend:
             await stream.close()
 
     async def count_tokens(self, text: str) -> tuple[int, str]:
-        return len(self.engine.tokenizer(text, add_special_tokens=False)["input_ids"]), "tokenizer"
+        # In a worker thread: a long text must not hold the event loop, and the await is where a
+        # run's deadline reaches a strategy that counts in a loop (PDR trimming its workspace).
+        ids = await anyio.to_thread.run_sync(self._token_ids, text, abandon_on_cancel=True)
+        return len(ids), "tokenizer"
+
+    def _token_ids(self, text: str) -> list[int]:
+        ids: list[int] = self.engine.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids
 
     async def aclose(self) -> None:
         await self.runtime.aclose()

@@ -1,10 +1,14 @@
 """Backends that wrap a backend, composed like httpx transports.
 
-    backend = Retry(ConcurrencyLimit(Record(OpenAIBackend.from_spec(url), "run.jsonl"), 64), attempts=3)
+    backend = ConcurrencyLimit(Record(OpenAIBackend.from_spec(url), "run.jsonl"), 64)
 
 Each wrapper is itself a :class:`~paragen.backends.base.Backend`, so they stack in any
 order and the code above them cannot tell. :class:`Replay` is a backend on its own: it
 plays recorded streams back, so a run can be re-graded or debugged without a model.
+
+There is no retry wrapper: retrying is the HTTP backend's job (the only backend whose
+failures are transient), where it can also move to another replica, honour Retry-After
+and know that no delta has been handed out yet. One layer, so retries never multiply.
 
 The stream contexts here are small classes, not ``@asynccontextmanager`` generators:
 a wrapped stream may hold a task group, and only a real ``__aenter__``/``__aexit__``
@@ -27,7 +31,6 @@ import anyio
 
 from paragen import errors
 from paragen.backends.base import Backend, Capabilities, CompletionStream, estimate_tokens
-from paragen.backends.openai_http import retry_delay
 from paragen.errors import BackendError, ConfigError
 from paragen.types import Delta, GenerateRequest, Usage
 
@@ -97,80 +100,6 @@ class _LimitedContext(_StreamContext):
         await limiter.acquire_on_behalf_of(borrower)
         self._stack.callback(limiter.release_on_behalf_of, borrower)
         return await self._stack.enter_async_context(self._owner.inner.stream(self._request))
-
-
-# --- Retry ---------------------------------------------------------------------------------
-
-
-class Retry(WrapperBackend):
-    """Retry a stream that fails with a retryable error before its first delta.
-
-    After a delta has been handed out, a retry would repeat text the caller has seen,
-    so later errors propagate. The inner stream is reopened while iterating: wrap
-    backends whose streams are plain (HTTP, engine, scripted), not ones holding task groups.
-    """
-
-    def __init__(
-        self, inner: Backend, attempts: int = 3, backoff: float = 0.5, max_backoff: float = 30.0
-    ) -> None:
-        if attempts < 1:
-            raise ConfigError(f"attempts must be at least 1, got {attempts}")
-        super().__init__(inner)
-        self.attempts, self.backoff, self.max_backoff = attempts, backoff, max_backoff
-
-    def stream(self, request: GenerateRequest) -> AbstractAsyncContextManager[CompletionStream]:
-        return _RetryContext(self, request)
-
-
-class _RetryContext(_StreamContext):
-    def __init__(self, owner: Retry, request: GenerateRequest) -> None:
-        super().__init__()
-        self._stream = _RetryStream(owner, request)
-
-    async def __aenter__(self) -> CompletionStream:
-        self._stack.push_async_callback(self._stream.aclose)
-        return self._stream
-
-
-class _RetryStream:
-    def __init__(self, owner: Retry, request: GenerateRequest) -> None:
-        self.usage = Usage()  # replaced by each attempt's live usage
-        self._owner, self._request = owner, request
-        self._inner: CompletionStream | None = None
-        self._attempt_stack = AsyncExitStack()
-        self._deltas = self._iterate()
-
-    def __aiter__(self) -> AsyncIterator[Delta]:
-        return self._deltas
-
-    async def abort(self, index: int) -> None:
-        if self._inner is not None:
-            await self._inner.abort(index)
-
-    async def aclose(self) -> None:
-        await self._deltas.aclose()
-        await self._attempt_stack.aclose()
-
-    async def _iterate(self) -> AsyncGenerator[Delta, None]:
-        started = False
-        for attempt in range(self._owner.attempts):
-            try:
-                async for delta in await self._open():
-                    started = True
-                    yield delta
-                return
-            except BackendError as exc:
-                await self._attempt_stack.aclose()
-                delay = retry_delay(exc, attempt, self._owner.backoff, self._owner.max_backoff)
-                if started or delay is None or attempt + 1 >= self._owner.attempts:
-                    raise
-            await anyio.sleep(delay)
-
-    async def _open(self) -> CompletionStream:
-        self._attempt_stack = AsyncExitStack()
-        self._inner = await self._attempt_stack.enter_async_context(self._owner.inner.stream(self._request))
-        self.usage = self._inner.usage
-        return self._inner
 
 
 # --- Record / Replay -----------------------------------------------------------------------

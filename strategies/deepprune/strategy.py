@@ -18,11 +18,8 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import Field
 
+from paragen import BaseStrategy, Fanout, LiveSample, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
-from paragen.context import RunContext
-from paragen.fanout import Fanout
-from paragen.live import LiveSample
-from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import Problem, StrategyResult, Trace
 from strategies.deepprune.clustering import (
     REASONING_MARKERS,
@@ -101,8 +98,8 @@ class DeepPrune(BaseStrategy[DeepPruneConfig]):
             ctx, problem.question, n=cfg.n, **overrides(cfg.temperature, None, cfg.max_tokens)
         )
         monitor = self._monitor(state, send)
-        async with ctx.fanout(request, n=cfg.n, monitor=monitor) as fan, anyio.create_task_group() as tg:
-            tg.start_soon(_forward, fan, send)
+        async with ctx.fanout(request, n=cfg.n, monitor=monitor) as fan, ctx.concurrently() as children:
+            children.start(_forward, fan, send)
             async with recv:
                 async for kind, trace_id, text in recv:
                     await self._handle(ctx, fan, judge, rng, state, kind, trace_id, text)

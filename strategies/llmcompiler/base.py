@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from pydantic import Field
 
-from paragen.strategy import BaseStrategy, StrategyConfig
+from paragen import BaseStrategy, StrategyConfig
 from strategies.llmcompiler.tools import Tool, load_tools
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 from pydantic import Field
 
-from paragen.context import RunContext
+from paragen import RunContext
 from paragen.types import ChatMessage, Problem, StrategyResult, Trace
 from strategies.llmcompiler.base import ToolConfig, ToolStrategy
 from strategies.llmcompiler.plan import parse_arguments

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from paragen.context import RunContext
+from paragen import RunContext
 from paragen.types import Trace
 from strategies.llmcompiler.plan import Task, substitute
 from strategies.llmcompiler.tools import Tool, ToolInputError
@@ -37,20 +37,19 @@ class TaskFetchingUnit:
         self.tasks: dict[int, Task] = {}
         self.spans: dict[int, Trace] = {}
         self._done: dict[int, anyio.Event] = {}
-        self._scope = anyio.CancelScope()
+        self._actions = ctx.concurrently()
 
     def cancel(self) -> None:
         """Stop every action still waiting or running (a malformed plan, or the run ends)."""
-        self._scope.cancel()
+        self._actions.cancel("plan abandoned")
 
     async def run(self, incoming: MemoryObjectReceiveStream[Task]) -> None:
         """Consume actions until the planner closes the stream, and return when all have run."""
-        with self._scope:
-            async with anyio.create_task_group() as tg, incoming:
-                async for task in incoming:
-                    self.tasks[task.idx] = task
-                    self._done[task.idx] = anyio.Event()
-                    tg.start_soon(self._run_task, task)
+        async with self._actions as actions, incoming:
+            async for task in incoming:
+                self.tasks[task.idx] = task
+                self._done[task.idx] = anyio.Event()
+                actions.start(self._run_task, task)
 
     async def _run_task(self, task: Task) -> None:
         for dep in task.deps:

@@ -17,8 +17,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import Field
 
-from paragen.context import RunContext
-from paragen.live import LiveSample
+from paragen import LiveSample, RunContext
 from paragen.types import Problem, StrategyResult, Trace
 from strategies.llmcompiler import prompts
 from strategies.llmcompiler.base import ToolConfig, ToolStrategy
@@ -110,8 +109,8 @@ class LLMCompiler(ToolStrategy[LLMCompilerConfig]):
         parser = PlanParser(tools)
         send, receive = anyio.create_memory_object_stream[Task](math.inf)
         tfu = TaskFetchingUnit(ctx, tools, tool_timeout_s=self.config.tool_timeout_s)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(tfu.run, receive)
+        async with ctx.concurrently() as children:
+            children.start(tfu.run, receive)
             planner = await self._plan(ctx, request, parser, send, tfu)
         errors = list(parser.errors)
         if planner.status == "error":

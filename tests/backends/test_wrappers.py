@@ -11,8 +11,8 @@ import pytest
 
 from paragen.backends.base import Backend, generate
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.backends.wrappers import ConcurrencyLimit, Record, Replay, Retry, request_key
-from paragen.errors import BackendConnectionError, BackendError, BackendHTTPError, ConfigError
+from paragen.backends.wrappers import ConcurrencyLimit, Record, Replay, request_key
+from paragen.errors import BackendError, BackendHTTPError, ConfigError
 from paragen.types import GenerateRequest, SamplingParams
 
 pytestmark = pytest.mark.anyio
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 
 def test_wrappers_are_backends() -> None:
     inner = ScriptedBackend(["x"])
-    for backend in (ConcurrencyLimit(inner, 2), Retry(inner), Record(inner, "/tmp/unused.jsonl")):
+    for backend in (ConcurrencyLimit(inner, 2), Record(inner, "/tmp/unused.jsonl")):
         assert isinstance(backend, Backend)
         assert backend.capabilities == inner.capabilities and backend.name == "scripted"
 
@@ -52,32 +52,9 @@ async def test_one_task_may_hold_several_slots() -> None:
     assert backend.limiter.borrowed_tokens == 0
 
 
-async def test_retry_before_the_first_delta() -> None:
-    inner = ScriptedBackend([Script(text="no", fail="http500"), Script(text="yes")])
-    [completion] = await generate(Retry(inner, attempts=3, backoff=0.0), GenerateRequest(prompt="x"))
-    assert completion.text == "yes" and len(inner.streams) == 2
-    assert all(s.closed is not None for s in inner.streams)
-
-
-async def test_no_retry_after_the_first_delta() -> None:
-    inner = ScriptedBackend([Script(text="a b c", fail="reset", fail_after=1), Script(text="never")])
-    with pytest.raises(BackendConnectionError):
-        await generate(Retry(inner, attempts=3, backoff=0.0), GenerateRequest(prompt="x"))
-    assert len(inner.streams) == 1
-
-
-async def test_retry_gives_up_after_its_attempts() -> None:
-    inner = ScriptedBackend([Script(text="no", fail="http429")])
-    with pytest.raises(BackendHTTPError):
-        await generate(Retry(inner, attempts=2, backoff=0.0), GenerateRequest(prompt="x"))
-    assert len(inner.streams) == 2
-
-
 def test_bad_wrapper_arguments() -> None:
     with pytest.raises(ConfigError):
         ConcurrencyLimit(ScriptedBackend(["a"]), 0)
-    with pytest.raises(ConfigError):
-        Retry(ScriptedBackend(["a"]), attempts=0)
     with pytest.raises(ConfigError, match="no recording"):
         Replay("/nonexistent/run.jsonl")
 

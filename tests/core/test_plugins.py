@@ -1,4 +1,4 @@
-"""A strategy from a throwaway package, installed into this venv with pip, is found by name."""
+"""A throwaway package installed with pip: its strategy is found by name and its command is mounted."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 PACKAGE = "pg-throwaway-plugin"
 
 PLUGIN_SOURCE = '''
-from paragen.answers import extract_answer
-from paragen.strategy import BaseStrategy, StrategyConfig
+from paragen import BaseStrategy, StrategyConfig, extract_answer
 
 
 class ShortestConfig(StrategyConfig):
@@ -33,6 +32,13 @@ class Shortest(BaseStrategy[ShortestConfig]):
             traces = [t async for t in fan]
         best = min(traces, key=lambda t: t.completion_tokens)
         return ctx.finish(extract_answer(best.text), text=best.text)
+
+
+def add_commands(app):
+    @app.command("hello-plugin")
+    def hello() -> None:
+        """Say hello from a plugin."""
+        print("hello from a plugin")
 '''
 
 
@@ -54,6 +60,8 @@ def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
         version = "0.0.1"
         [project.entry-points."paragen.strategies"]
         shortest_plugin = "pg_throwaway_plugin:Shortest"
+        [project.entry-points."paragen.commands"]
+        hello = "pg_throwaway_plugin:add_commands"
     """)
     )
     _pip("install", "--no-deps", "--no-build-isolation", str(root))
@@ -77,3 +85,13 @@ def test_plugin_is_listed_and_runs_by_name(installed_plugin: None) -> None:
     assert run.returncode == 0, run.stderr
     assert '"strategy": "shortest_plugin"' in run.stdout
     assert '"answer": "5"' in run.stdout or '"answer": "6"' in run.stdout
+
+
+def test_plugin_commands_are_mounted_like_the_harness(installed_plugin: None) -> None:
+    listing = _paragen("--help")
+    assert listing.returncode == 0, listing.stderr
+    # the harness's own commands arrive by the same entry-point group as the plugin's
+    assert all(name in listing.stdout for name in ("hello-plugin", "eval", "report")), listing.stdout
+    hello = _paragen("hello-plugin")
+    assert hello.returncode == 0, hello.stderr
+    assert hello.stdout.strip() == "hello from a plugin"

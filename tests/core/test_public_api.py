@@ -15,6 +15,19 @@ def test_all_names_resolve_and_are_curated() -> None:
     assert {"Orchestrator", "RunContext", "Problem", "StrategyResult", "build_strategy", "Backend"} <= set(
         paragen.__all__
     )
+    # what a strategy needs beyond the context itself (tests/core/test_import_graph.py holds them to it)
+    assert {"ChildTasks", "Fanout", "LiveSample", "Monitor", "BaseStrategy", "StrategyConfig"} <= set(
+        paragen.__all__
+    )
+
+
+def test_the_context_keeps_the_backend_and_the_ledger_to_itself() -> None:
+    from paragen.backends.scripted import ScriptedBackend
+
+    ctx = paragen.RunContext(ScriptedBackend(["a"]), paragen.Problem(question="q"))
+    public = {name for name in dir(ctx) if not name.startswith("_")}
+    assert not public & {"backend", "ledger", "new_trace", "charge", "check_budget", "ended"}
+    assert {"capabilities", "sample", "fanout", "concurrently", "run_strategy", "run_strategies"} <= public
 
 
 def test_help_and_listing_do_not_import_torch_or_vllm() -> None:

@@ -123,3 +123,16 @@ def test_missing_model_is_a_config_error(tmp_path: Path) -> None:
 def test_capabilities() -> None:
     caps = EngineBackend.capabilities.fget(None)  # type: ignore[attr-defined]
     assert caps.native_n and caps.per_choice_abort and caps.top_logprobs == 20
+
+
+async def test_count_tokens_yields_so_a_deadline_stops_a_counting_loop(backend: EngineBackend) -> None:
+    """A strategy that counts tokens in a loop (PDR trims a workspace that way) must stay cancellable."""
+    import time
+
+    text = "word " * 2000
+    guard = time.perf_counter() + 5.0  # only so that the unfixed code ends; the scope should fire at once
+    with anyio.move_on_after(0.05) as scope:
+        while time.perf_counter() < guard:
+            await backend.count_tokens(text)
+    assert scope.cancelled_caught
+    assert (await backend.count_tokens("Hello there"))[1] == "tokenizer"

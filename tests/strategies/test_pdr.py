@@ -71,6 +71,29 @@ async def test_bounded_workspace_respects_kappa_by_token_count() -> None:
     assert "\\boxed{4}" in text and "\\boxed{5}" in text and "\\boxed{6}" in text  # the ends survive
 
 
+class _CountingBackend(ScriptedBackend):
+    """Counts count_tokens calls and gives up after many: a trim loop that makes no progress ends here."""
+
+    calls = 0
+
+    async def count_tokens(self, text: str) -> tuple[int, str]:
+        self.calls += 1
+        if self.calls > 500:
+            raise AssertionError("bounded() is not making progress")
+        return await super().count_tokens(text)
+
+
+@pytest.mark.anyio
+async def test_bounded_workspace_ends_with_drafts_shorter_than_ten_characters() -> None:
+    backend = _CountingBackend([Script(text="x")])
+    ctx = RunContext(backend, PROBLEM)
+    # the "Attempt i:" headers alone cost more than kappa, and 10% of a short draft is no characters
+    text = await bounded(ctx, ["7 + 5", "= 12", "twelve"], kappa=4)
+    assert len(tokenize(text)) <= 4
+    kept = await bounded(ctx, ["so it is 12", "12"], kappa=5)
+    assert len(tokenize(kept)) <= 5 and kept.startswith("Attempt 1:")
+
+
 def _responder(request: GenerateRequest, index: int) -> Script:
     content = request.messages[-1].content if request.messages else ""
     if "earlier attempts" in content:

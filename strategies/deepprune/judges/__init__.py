@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from paragen.context import RunContext
+from paragen import RunContext
 from paragen.errors import ConfigError, PluginNotFoundError
 from paragen.registry import JUDGE_GROUP, load
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from paragen.context import RunContext
+from paragen import RunContext
 
 _WORD = re.compile(r"\w+")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from paragen.context import RunContext
+from paragen import RunContext
 from paragen.errors import ConfigError
 from paragen.types import Trace
 

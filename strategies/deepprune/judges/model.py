@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import anyio
 
-from paragen.context import RunContext
+from paragen import RunContext
 from paragen.errors import ConfigError
 
 TEMPLATE = (

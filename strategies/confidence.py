@@ -1,0 +1,113 @@
+"""DeepConf's confidence math, in one place: the live strategies and the offline bank both use it.
+
+Token confidence is the negative mean log-probability of the top-k candidates at a position
+(large = the model was sure); group confidence is its mean over a sliding window; a trace's
+score is its lowest group confidence (or the mean of its bottom 10% of groups, its tail, or
+its mean). ``confident_vote`` keeps the top eta% by score and votes weighted by score, which
+is DeepConf-offline; ``strategies.deepconf.DeepConf`` and ``evals.bank.deepconf_offline`` both
+call it, so the offline estimate cannot drift from the live strategy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from paragen.answers import majority_vote
+
+ScoreMethod = Literal["lowest_group", "bottom10", "tail", "mean"]
+
+
+def token_confidences(
+    logprobs: Sequence[float] | None, top_logprobs: Sequence[Sequence[float]] | None
+) -> list[float]:
+    """C_i = -mean of the top-k log-probabilities at i; higher means surer.
+
+    Without top-k alternatives, -log p of the chosen token would run the wrong way (a sure
+    token has log p near 0), so the fallback is the chosen token's probability instead.
+    """
+    if top_logprobs:
+        return [-sum(row) / len(row) if row else 0.0 for row in top_logprobs]
+    return [math.exp(lp) for lp in logprobs or ()]
+
+
+def group_confidences(conf: Sequence[float], window: int) -> list[float]:
+    """Means over every window of ``window`` consecutive tokens (one group if the trace is shorter)."""
+    if not conf:
+        return []
+    if len(conf) <= window:
+        return [sum(conf) / len(conf)]
+    total = sum(conf[:window])
+    groups = [total / window]
+    for i in range(window, len(conf)):
+        total += conf[i] - conf[i - window]
+        groups.append(total / window)
+    return groups
+
+
+def trace_score(conf: Sequence[float], window: int, method: ScoreMethod = "lowest_group") -> float:
+    """One confidence per trace, higher is better."""
+    groups = group_confidences(conf, window)
+    if not groups:
+        return 0.0
+    if method == "lowest_group":
+        return min(groups)
+    if method == "bottom10":
+        worst = sorted(groups)[: max(1, len(groups) // 10)]
+        return sum(worst) / len(worst)
+    if method == "tail":
+        return group_confidences(conf[-window:], window)[0]
+    return sum(conf) / len(conf)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated q-th percentile (0..100)."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    low, high = math.floor(pos), math.ceil(pos)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def keep_top(scores: Sequence[float], eta: float) -> list[int]:
+    """Indices of the top ``eta`` percent by score (at least one), in input order."""
+    # rounded first: 100 * 0.9 is 90.00000000000001 in floats, and ceil must not make 9 of 10 into 10
+    count = max(1, math.ceil(round(len(scores) * eta / 100, 9)))
+    best = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:count]
+    return sorted(best)
+
+
+def trace_confidence(
+    logprobs: Sequence[float] | None,
+    top_logprobs: Sequence[Sequence[float]] | None,
+    window: int,
+    method: ScoreMethod = "lowest_group",
+) -> float:
+    """A finished trace's score from its log-probabilities (0.0 when it has none)."""
+    return trace_score(token_confidences(logprobs, top_logprobs), window, method)
+
+
+def confident_vote(
+    answers: Sequence[str | None], scores: Sequence[float], eta: float
+) -> tuple[str | None, list[int]]:
+    """DeepConf-offline: keep the top ``eta`` percent by score, vote weighted by score.
+
+    Returns the winner (None when no kept trace has an answer) and the kept indices, most
+    confident first. A tie in the vote goes to the answer of the most confident kept trace, so
+    the result does not depend on the order the traces came in (finish order live, start order
+    in a recorded run); only traces of exactly equal score fall back to their input order.
+    """
+    kept = sorted(keep_top(scores, eta), key=lambda i: (-scores[i], i))
+    return majority_vote([answers[i] for i in kept], [scores[i] for i in kept]), kept
+
+
+__all__ = [
+    "ScoreMethod",
+    "confident_vote",
+    "group_confidences",
+    "keep_top",
+    "percentile",
+    "token_confidences",
+    "trace_confidence",
+    "trace_score",
+]

@@ -1,0 +1,79 @@
+"""paragen.solve / asolve / run_sync, end to end on the scripted backend (its arithmetic responder)."""
+
+from __future__ import annotations
+
+import pytest
+
+import paragen
+from paragen import Orchestrator, Problem, RunContext, StrategyResult
+from paragen.api import run_sync
+from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.errors import PluginNotFoundError
+from paragen.strategy import BaseStrategy, StrategyConfig
+
+
+def test_solve_builds_the_backend_from_a_spec_and_answers() -> None:
+    # arithmetic_responder: seeds 0..3 give 5, 5, 5 and (every fourth sample slips) 6
+    result = paragen.solve("What is 2 + 3?", strategy="majority", backend="scripted", n=4)
+    assert result.answer == "5"
+    assert result.strategy == "majority"
+    assert result.usage.num_samples == 4
+    assert sorted(t.answer for t in result.traces) == ["5", "5", "5", "6"]
+
+
+def test_solve_is_run_sync() -> None:
+    assert paragen.solve is run_sync
+
+
+def test_solve_with_a_backend_object_leaves_it_open() -> None:
+    backend = ScriptedBackend([Script(text="so \\boxed{7}")])
+    first = run_sync(Problem(id="q1", question="x"), strategy="single", backend=backend)
+    second = run_sync("y", strategy="single", backend=backend)  # still usable: solve did not close it
+    assert (first.answer, first.problem_id, second.answer) == ("7", "q1", "7")
+    assert len(backend.streams) == 2
+
+
+def test_solve_reports_an_unknown_backend_by_name() -> None:
+    with pytest.raises(PluginNotFoundError, match="nonesuch"):
+        paragen.solve("What is 2 + 3?", backend="nonesuch")
+
+
+@pytest.mark.anyio
+async def test_asolve_takes_a_strategy_object_sampling_and_budget() -> None:
+    backend = ScriptedBackend([Script(text=" ".join(["w"] * 50))])
+    result = await paragen.asolve(
+        "q",
+        strategy=paragen.build_strategy("majority", {"n": 3}),
+        backend=backend,
+        sampling=paragen.SamplingParams(max_tokens=5, seed=1),
+        budget=paragen.Budget(max_total_tokens=1000),
+    )
+    assert [t.completion_tokens for t in result.traces] == [5, 5, 5]  # max_tokens reached the backend
+    assert [s.request.params.seed for s in backend.streams] == [1, 2, 3]
+
+
+class _Boom(Exception):
+    pass
+
+
+class _OneSample(BaseStrategy[StrategyConfig]):
+    name = "one_sample_test"
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        trace = await ctx.sample(ctx.request(prompt=problem.question))
+        return ctx.finish(trace.text)
+
+
+@pytest.mark.anyio
+async def test_an_error_while_a_fanout_starts_is_the_error_raised() -> None:
+    """A failure after the fan-out entered its task group must surface as itself, not as anyio's
+    "Attempted to exit a cancel scope that isn't the current task's current cancel scope"."""
+
+    def sink(event: object) -> None:
+        raise _Boom("the event sink broke")
+
+    backend = ScriptedBackend([Script(text="a")])
+    orchestrator = Orchestrator(backend, on_event=sink)
+    with pytest.raises(_Boom, match="the event sink broke"):
+        await orchestrator.run(_OneSample(), Problem(question="q"))
+    assert backend.streams == []  # nothing was started
