@@ -17,6 +17,7 @@ import typer
 from paragen.config import Budget, parse_backend_spec
 from paragen.errors import ConfigError, ParagenError
 from paragen.registry import BACKEND_GROUP, STRATEGY_GROUP, load, names
+from paragen.serve.cli import serve_command
 
 app = typer.Typer(
     name="paragen",
@@ -124,6 +125,9 @@ def list_strategies() -> None:
 def list_backends() -> None:
     """List the installed backends (importing each to show its options)."""
     _list_plugins(BACKEND_GROUP, lambda obj: getattr(obj, "Config", None))
+
+
+app.command("serve")(serve_command)
 
 
 def _list_plugins(group: str, config_of: Any) -> None:
