@@ -90,7 +90,8 @@ async def through_server(client: openai.AsyncOpenAI, *, stream: bool) -> float:
 def client_for(url: str) -> openai.AsyncOpenAI:
     limits = httpx.Limits(max_connections=2 * CONCURRENT, max_keepalive_connections=2 * CONCURRENT)
     http = httpx.AsyncClient(limits=limits, timeout=60)
-    return openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0, http_client=http)
+    # Retries only for a kept-alive connection the server closed between rounds (a reconnect).
+    return openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=2, http_client=http)
 
 
 async def measure(url: str, floor_url: str, scripted: ScriptedBackend) -> dict[str, list[float]]:
@@ -126,7 +127,7 @@ async def chat(request):
     await anyio.sleep(%f)
     return JSONResponse(REPLY)
 app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
-config = uvicorn.Config(app, port=0, log_level="warning", access_log=False)
+config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=300)
 server = uvicorn.Server(config)
 import socket
 sock = socket.socket(); sock.bind(("127.0.0.1", 0))
