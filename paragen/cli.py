@@ -32,6 +32,7 @@ from paragen.cli_options import (
 from paragen.config import Budget
 from paragen.errors import ParagenError
 from paragen.registry import BACKEND_GROUP, COMMAND_GROUP, STRATEGY_GROUP, load, names
+from paragen.serve.cli import serve_command
 
 app = typer.Typer(
     name="paragen",
@@ -90,6 +91,9 @@ def list_strategies() -> None:
 def list_backends() -> None:
     """List the installed backends and their options (--backend-opt KEY=VALUE)."""
     _list_plugins(BACKEND_GROUP)
+
+
+app.command("serve")(serve_command)
 
 
 def _list_plugins(group: str) -> None:

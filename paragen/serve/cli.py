@@ -1,0 +1,115 @@
+"""``paragen serve``: the command. Only typer is imported here; the ASGI stack, the backend
+and torch are imported when the command runs, so ``paragen --help`` stays light."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+import typer
+
+from paragen.cli_options import BackendOpt, BackendOpts, ModelOpt
+from paragen.errors import ConfigError
+
+_FLAGS = {
+    "max_samples_per_request": "max-samples",
+    "defaults.temperature": "temperature",
+    "defaults.max_tokens": "max-tokens",
+    "budget.deadline_s": "deadline",
+}
+
+
+def serve_command(
+    backend: BackendOpt = "engine",
+    model: ModelOpt = None,
+    backend_opt: BackendOpts = [],  # noqa: B006
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 8000,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(help="name of the environment variable holding the API key clients must send"),
+    ] = None,
+    served_model_name: Annotated[
+        list[str], typer.Option(help="name(s) the model is served under (default: from the backend)")
+    ] = [],  # noqa: B006
+    max_runs: Annotated[
+        int, typer.Option(help="runs in flight at once, over all clients (429 past it)")
+    ] = 256,
+    max_samples: Annotated[int, typer.Option(help="samples one request may ask for (429 past it)")] = 64,
+    max_prompt_tokens: Annotated[int, typer.Option(help="longest prompt accepted, in tokens")] = 16384,
+    temperature: Annotated[float, typer.Option(help="default sampling temperature")] = 0.7,
+    max_tokens: Annotated[int, typer.Option(help="default max tokens per sample")] = 512,
+    deadline: Annotated[float | None, typer.Option(help="seconds before any run is cut off")] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Serve an OpenAI-compatible API whose model names pick a strategy (e.g. ffs-8/smollm2)."""
+    from paragen.serve.config import ServeConfig
+    from paragen.serve.server import bind
+
+    api_key = _api_key(api_key_env)
+    config = _validated(
+        ServeConfig,
+        model_names=tuple(served_model_name) or ("pending",),
+        api_key=api_key,
+        max_runs=max_runs,
+        max_samples_per_request=max_samples,
+        max_prompt_tokens=max_prompt_tokens,
+        defaults={"temperature": temperature, "max_tokens": max_tokens},
+        budget={"deadline_s": deadline},
+    )
+    sock = bind(host, port)  # before the model loads: a taken port fails at once
+    try:
+        backend_obj = _backend(backend, model, backend_opt)
+        _serve(backend_obj, config, sock, model, bool(served_model_name), log_level)
+    finally:
+        sock.close()
+
+
+def _serve(backend: Any, config: Any, sock: Any, model: str | None, named: bool, log_level: str) -> None:
+    import anyio
+
+    from paragen.serve.app import create_app
+    from paragen.serve.server import served_model_names, uvicorn_server
+
+    async def main() -> None:
+        try:
+            names = config.model_names if named else await served_model_names(backend, model)
+        except BaseException:
+            await backend.aclose()
+            raise
+        app = create_app(backend, config.model_copy(update={"model_names": names}))
+        host, port = sock.getsockname()[:2]
+        typer.echo(f"paragen serve: {', '.join(names)} on http://{host}:{port}/v1", err=True)
+        await uvicorn_server(app, log_level=log_level).serve(sockets=[sock])
+
+    anyio.run(main)
+
+
+def _api_key(variable: str | None) -> str | None:
+    if variable is None:
+        return None
+    key = os.environ.get(variable, "")
+    if not key.strip():
+        raise ConfigError(
+            f"--api-key-env names {variable}, which is not set or empty", hint=f"export {variable}=..."
+        )
+    return key
+
+
+def _backend(spec: str, model: str | None, options: list[str]) -> Any:
+    from paragen.cli_options import build_backend
+
+    backend, _shown = build_backend(spec, model=model, base_url=None, options=options)
+    return backend
+
+
+def _validated(model: Any, **values: Any) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        flag = _FLAGS.get(field, field.replace("_", "-"))
+        raise ConfigError(f"bad value for --{flag}: {err['msg']}") from None

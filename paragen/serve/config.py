@@ -1,0 +1,29 @@
+"""Settings of one ``paragen serve`` process."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+
+from paragen.config import Budget
+from paragen.types import Model, SamplingParams
+
+
+class ServeConfig(Model):
+    """What the server allows and assumes; the CLI flags of ``paragen serve`` fill it in.
+
+    ``max_runs`` bounds the runs in flight across all clients and ``max_samples_per_request``
+    the samples one request may ask for (strategy n times the OpenAI ``n`` choices); past
+    either the server answers 429 with ``Retry-After: retry_after_s``. ``defaults`` are the
+    sampling parameters a request does not set. ``model_names`` are the names the backend's
+    model is served under (the first is listed first in /v1/models).
+    """
+
+    model_names: tuple[str, ...] = Field(min_length=1)
+    api_key: SecretStr | None = None
+    max_runs: int = Field(default=256, gt=0)
+    max_samples_per_request: int = Field(default=64, gt=0)
+    max_prompt_tokens: int = Field(default=16384, gt=0)
+    max_body_bytes: int = Field(default=8 * 2**20, gt=0)
+    retry_after_s: int = Field(default=1, ge=0)
+    defaults: SamplingParams = Field(default_factory=SamplingParams)
+    budget: Budget = Field(default_factory=Budget)

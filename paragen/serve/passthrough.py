@@ -1,0 +1,65 @@
+"""The strategy behind a plain model name: the request's own messages (or prompt), sampled once.
+
+It is a strategy like any other (it speaks only to its RunContext), so a pass-through
+request is accounted, cancelled and streamed exactly as a strategy's run is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from paragen.context import RunContext
+from paragen.strategy import BaseStrategy, StrategyConfig
+from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
+
+TextSink = Callable[[str], None]
+"""Receives the sample's text as it grows, piece by piece (for streaming it to the client)."""
+
+
+class _Growing(Protocol):
+    """What the fan-out monitor is handed: a running sample whose text can be read."""
+
+    def text(self) -> str: ...
+
+
+class Passthrough(BaseStrategy[StrategyConfig]):
+    """Send the client's messages (or raw prompt) to the backend unchanged; answer with the text."""
+
+    name = "passthrough"
+
+    def __init__(
+        self,
+        *,
+        messages: tuple[ChatMessage, ...] | None = None,
+        prompt: str | None = None,
+        on_text: TextSink | None = None,
+    ) -> None:
+        super().__init__()
+        self.messages = messages
+        self.prompt = prompt
+        self.on_text = on_text
+        self._sent = 0
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        request = ctx.request(messages=self.messages, prompt=self.prompt)
+        if self.on_text is None:
+            trace = await ctx.sample(request)
+        else:
+            trace = await self._streamed(request, ctx)
+        return ctx.finish(None, text=trace.text)
+
+    async def _streamed(self, request: GenerateRequest, ctx: RunContext) -> Trace:
+        async with ctx.fanout(request, n=1, monitor=self._forward) as fan:
+            async for trace in fan:
+                self._send_rest(trace.text)  # what the last delta brought, if the monitor missed it
+                return trace
+        raise AssertionError("a fan-out of one ended without its trace")
+
+    def _forward(self, live: _Growing) -> None:
+        self._send_rest(live.text())
+
+    def _send_rest(self, text: str) -> None:
+        if self.on_text is not None and len(text) > self._sent:
+            self.on_text(text[self._sent :])
+            self._sent = len(text)

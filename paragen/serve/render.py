@@ -1,0 +1,155 @@
+"""Answers in the OpenAI wire format, with paragen's extensions beside the standard fields.
+
+Extensions (documented in docs/serve.md), all ignored by clients that do not know them:
+
+- ``usage.paragen``: sequential, wasted and judge tokens, sample counts, latency, time to
+  first token and how the counts were obtained;
+- ``choices[i].paragen``: the strategy's extracted answer, why the run stopped, and with
+  ``paragen.include_result`` the whole StrategyResult (every trace);
+- streamed events: SSE comment lines ``: paragen {json}`` before the answer's chunks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from paragen.serve.routing import Plan
+from paragen.serve.service import generated_tokens
+from paragen.types import StrategyResult
+
+EVENT_PREFIX = "paragen "
+
+
+def usage(results: list[StrategyResult]) -> dict[str, Any]:
+    """OpenAI usage over every run of the request, ``completion_tokens`` being all generated tokens."""
+    prompt = sum(r.usage.prompt_tokens for r in results)
+    completion = sum(generated_tokens(r) for r in results)
+    body: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion}
+    body["total_tokens"] = prompt + completion
+    cached = [r.usage.cached_prompt_tokens for r in results if r.usage.cached_prompt_tokens is not None]
+    if cached:
+        body["prompt_tokens_details"] = {"cached_tokens": sum(cached)}
+    first_tokens = [r.usage.ttft_s for r in results if r.usage.ttft_s is not None]
+    body["paragen"] = {
+        "sequential_tokens": max(r.usage.sequential_tokens for r in results),
+        "wasted_tokens": sum(r.usage.wasted_tokens for r in results),
+        "judge_tokens": sum(r.usage.judge_tokens for r in results),
+        "num_samples": sum(r.usage.num_samples for r in results),
+        "num_cancelled": sum(r.usage.num_cancelled for r in results),
+        "num_errors": sum(r.usage.num_errors for r in results),
+        "latency_s": round(max(r.usage.latency_s for r in results), 6),
+        "ttft_s": round(min(first_tokens), 6) if first_tokens else None,
+        "count_sources": sorted({s for r in results for s in r.usage.count_sources}),
+    }
+    return body
+
+
+def answer_text(result: StrategyResult) -> str:
+    """What the client reads as the reply: the strategy's final text, else its bare answer."""
+    if result.text is not None:
+        return result.text
+    return result.answer or ""
+
+
+def finish_reason(plan: Plan, result: StrategyResult) -> str:
+    if result.stop_reason in ("deadline", "budget"):
+        return "length"
+    if plan.strategy_name is None and result.traces and result.traces[0].finish_reason == "length":
+        return "length"
+    return "stop"
+
+
+def choice_extension(plan: Plan, result: StrategyResult, include_result: bool) -> dict[str, Any]:
+    ext: dict[str, Any] = {
+        "strategy": result.strategy,
+        "answer": result.answer,
+        "stop_reason": result.stop_reason,
+    }
+    if include_result:
+        ext["result"] = result.model_dump(mode="json")
+    return ext
+
+
+def completion(
+    plan: Plan, results: list[StrategyResult], created: int, include_result: bool
+) -> dict[str, Any]:
+    """The whole (non-streamed) answer."""
+    chat = plan.messages is not None
+    choices = []
+    for index, result in enumerate(results):
+        choice: dict[str, Any] = {"index": index, "finish_reason": finish_reason(plan, result)}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": answer_text(result)}
+        else:
+            choice["text"] = answer_text(result)
+        choice["logprobs"] = None
+        choice["paragen"] = choice_extension(plan, result, include_result)
+        choices.append(choice)
+    return {
+        **_head(plan, created, "chat.completion" if chat else "text_completion"),
+        "choices": choices,
+        "usage": usage(results),
+    }
+
+
+def chunk(
+    plan: Plan,
+    created: int,
+    index: int,
+    *,
+    text: str | None = None,
+    role: bool = False,
+    finish: str | None = None,
+    extension: dict[str, Any] | None = None,
+) -> str:
+    """One streamed chunk as JSON text."""
+    chat = plan.messages is not None
+    choice: dict[str, Any] = {"index": index}
+    if chat:
+        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+        if text is not None:
+            delta["content"] = text
+        choice["delta"] = delta
+    else:
+        choice["text"] = text or ""
+    choice["logprobs"] = None
+    choice["finish_reason"] = finish
+    if extension is not None:
+        choice["paragen"] = extension
+    body = {
+        **_head(plan, created, "chat.completion.chunk" if chat else "text_completion"),
+        "choices": [choice],
+    }
+    return _dumps(body)
+
+
+def usage_chunk(plan: Plan, created: int, results: list[StrategyResult]) -> str:
+    chat = plan.messages is not None
+    head = _head(plan, created, "chat.completion.chunk" if chat else "text_completion")
+    return _dumps({**head, "choices": [], "usage": usage(results)})
+
+
+def event_comment(index: int, event: Any) -> str | None:
+    """A live event as the text of an SSE comment (``paragen {json}``); None for events not sent."""
+    dump = getattr(event, "model_dump", None)
+    if dump is None:
+        return None
+    data: dict[str, Any] = dump(mode="json")
+    if data.get("type") == "run_ended":  # the answer itself follows as chunks
+        return None
+    data.pop("problem_id", None)
+    trace = data.get("trace")
+    if isinstance(trace, dict):  # per-token numbers are for include_result, not the live feed
+        trace.pop("logprobs", None)
+        trace.pop("top_logprobs", None)
+    data["index"] = index
+    return EVENT_PREFIX + _dumps(data)
+
+
+def _head(plan: Plan, created: int, obj: str) -> dict[str, Any]:
+    return {"id": plan.id, "object": obj, "created": created, "model": plan.model}
+
+
+def _dumps(body: dict[str, Any]) -> str:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))

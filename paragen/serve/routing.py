@@ -1,0 +1,220 @@
+"""From a request to what runs: the strategy (from the model name or the ``paragen`` field),
+its n and config, the problem, and the run's sampling defaults.
+
+Model names: a name the backend's model is served under passes through as one sample;
+``STRATEGY[-N]/MODEL`` (or just ``STRATEGY[-N]``) runs that strategy with n = N. The
+``paragen`` field may name the strategy, n and config instead; where both say something
+they must agree, so a request never runs something other than what it asked for.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from paragen.config import Budget
+from paragen.errors import ConfigError
+from paragen.registry import STRATEGY_GROUP, names
+from paragen.serve.errors import APIError, bad_request, from_paragen, from_validation
+from paragen.serve.passthrough import Passthrough, TextSink
+from paragen.serve.wire import ChatRequest, CompletionRequest, Message
+from paragen.strategy import Strategy, build_strategy
+from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams
+
+AnyRequest = ChatRequest | CompletionRequest
+
+
+@dataclass(slots=True)
+class Plan:
+    """One request, resolved: everything needed to run it and to answer."""
+
+    id: str
+    model: str  # the model name echoed back (as the client wrote it)
+    strategy_name: str | None  # None: pass-through
+    config: dict[str, Any]
+    samples: int  # samples one run asks for (the strategy's n)
+    choices: int  # OpenAI's n: independent runs
+    problem: Problem
+    defaults: SamplingParams
+    budget: Budget
+    messages: tuple[ChatMessage, ...] | None = None
+    prompt: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt_text(self) -> str:
+        if self.prompt is not None:
+            return self.prompt
+        return "\n".join(m.content for m in self.messages or ())
+
+    def strategy(self, on_text: TextSink | None = None) -> Strategy:
+        """A strategy object for one run (pass-through ones carry their own text sink)."""
+        if self.strategy_name is None:
+            return Passthrough(messages=self.messages, prompt=self.prompt, on_text=on_text)
+        return build_strategy(self.strategy_name, self.config)
+
+
+class Router:
+    """Resolves requests against the served model names and the installed strategies."""
+
+    def __init__(self, model_names: tuple[str, ...], defaults: SamplingParams, budget: Budget) -> None:
+        self.model_names = model_names
+        self.defaults = defaults
+        self.budget = budget
+        self._strategies = set(names(STRATEGY_GROUP))
+
+    def strategies(self) -> list[str]:
+        return sorted(self._strategies)
+
+    def is_strategy(self, name: str) -> bool:
+        if name not in self._strategies:  # one registered at run time since we started
+            self._strategies = set(names(STRATEGY_GROUP))
+        return name in self._strategies
+
+    def plan(self, request: AnyRequest) -> Plan:
+        options = request.paragen
+        named, n_in_name = self._parse_model(request.model)
+        strategy_name = _agree("strategy", named, options.strategy, request.model)
+        if strategy_name is not None and not self.is_strategy(strategy_name):
+            raise bad_request(
+                f"unknown strategy {strategy_name!r}; installed: {', '.join(self.strategies())}",
+                param="paragen.strategy",
+                code="unknown_strategy",
+            )
+        n = _agree("n", n_in_name, options.n, request.model)
+        config = dict(options.config)
+        if n is not None:
+            config["n"] = _agree("n", config.get("n"), n, request.model)
+        if strategy_name is None and config:
+            raise bad_request(
+                "paragen.n and paragen.config need a strategy (a model name like "
+                "'majority-8/MODEL' or paragen.strategy)",
+                param="paragen",
+            )
+        plan_id = f"{'chatcmpl' if isinstance(request, ChatRequest) else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        plan = Plan(
+            id=plan_id,
+            model=request.model,
+            strategy_name=strategy_name,
+            config=config,
+            samples=1,
+            choices=request.n,
+            problem=_problem(request, plan_id),
+            defaults=self._defaults(request),
+            budget=self._budget(options.budget),
+        )
+        if isinstance(request, ChatRequest):
+            plan.messages = tuple(_chat_message(m) for m in request.messages)
+        else:
+            plan.prompt = request.prompt
+        _check_generate_request(plan)
+        plan.samples = self._samples(plan)
+        return plan
+
+    def _parse_model(self, name: str) -> tuple[str | None, int | None]:
+        """(strategy, n) named by the model name; (None, None) for a served model."""
+        if name in self.model_names:
+            return None, None
+        head, slash, model = name.partition("/")
+        strategy, n_text = self._split_n(head)
+        served = not slash or model in self.model_names
+        if not self.is_strategy(strategy):
+            what = (
+                f"unknown strategy {strategy!r} in model name {name!r}"
+                if slash and served
+                else f"unknown model {name!r}"
+            )
+            raise _model_not_found(f"{what}; strategies: {', '.join(self.strategies())}", self.model_names)
+        if not served:
+            raise _model_not_found(f"model {model!r} is not served here", self.model_names)
+        if n_text is None:
+            return strategy, None
+        if not n_text.isdigit() or int(n_text) < 1:
+            raise bad_request(
+                f"bad n {n_text!r} in model name {name!r}: write STRATEGY-N with N a positive integer",
+                param="model",
+                code="invalid_n",
+            )
+        return strategy, int(n_text)
+
+    def _split_n(self, head: str) -> tuple[str, str | None]:
+        if self.is_strategy(head):
+            return head, None
+        strategy, dash, n_text = head.rpartition("-")
+        return (strategy, n_text) if dash else (head, None)
+
+    def _defaults(self, request: AnyRequest) -> SamplingParams:
+        try:
+            return SamplingParams.model_validate({**self.defaults.model_dump(), **request.sampling()})
+        except ValidationError as exc:
+            raise from_validation(exc) from None
+
+    def _budget(self, asked: Budget) -> Budget:
+        """The request's budget, each limit no looser than the server's own."""
+        merged: dict[str, Any] = {}
+        for name in Budget.model_fields:
+            mine, theirs = getattr(self.budget, name), getattr(asked, name)
+            merged[name] = theirs if mine is None else mine if theirs is None else min(mine, theirs)
+        return Budget(**merged)
+
+    @staticmethod
+    def _samples(plan: Plan) -> int:
+        """How many samples one run asks for: build the strategy once to validate its config."""
+        try:
+            strategy = plan.strategy()
+        except ConfigError as exc:
+            raise from_paragen(exc, param="paragen.config") from None
+        samples = getattr(strategy.config, "n", 1)
+        return samples if isinstance(samples, int) and samples > 0 else 1
+
+
+def _agree(what: str, first: Any, second: Any, model: str) -> Any:
+    if first is not None and second is not None and first != second:
+        raise bad_request(
+            f"the request names two different {what}s ({first!r} and {second!r}); model {model!r}",
+            param=f"paragen.{what}",
+            code="conflicting_parameters",
+        )
+    return first if first is not None else second
+
+
+def _model_not_found(message: str, served: tuple[str, ...]) -> APIError:
+    return APIError(
+        404,
+        f"{message}. Models: {', '.join(served)}; or STRATEGY[-N]/MODEL, e.g. majority-8/{served[0]}",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def _chat_message(message: Message) -> ChatMessage:
+    role = "system" if message.role == "developer" else message.role
+    return ChatMessage(role=role, content=message.text())
+
+
+def _check_generate_request(plan: Plan) -> None:
+    """What a pass-through sends must be a valid backend request; say so now, not mid-run."""
+    try:
+        GenerateRequest(messages=plan.messages, prompt=plan.prompt, params=plan.defaults)
+    except ValidationError as exc:
+        raise bad_request(exc.errors()[0]["msg"].removeprefix("Value error, "), param="messages") from None
+
+
+def _problem(request: AnyRequest, problem_id: str) -> Problem:
+    """The question a strategy answers: the prompt, the one user message, or the conversation."""
+    if isinstance(request, CompletionRequest):
+        question = request.prompt
+    elif len(request.messages) == 1 and request.messages[0].role == "user":
+        question = request.messages[0].text()
+    else:
+        question = "\n\n".join(f"{m.role.capitalize()}: {m.text()}" for m in request.messages)
+    try:
+        return Problem(id=problem_id, question=question)
+    except ValidationError as exc:
+        param = "prompt" if isinstance(request, CompletionRequest) else "messages"
+        raise bad_request(
+            f"{param}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", param=param
+        ) from None

@@ -1,0 +1,84 @@
+"""Running the app under uvicorn: in the foreground (the CLI) or in a thread (tests, notebooks).
+
+The listening socket is bound here, before uvicorn starts, so a port that is taken is
+one clear ConfigError instead of uvicorn's log line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+
+from paragen.backends.base import Backend
+from paragen.errors import ConfigError
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", hint="pick another --port or --host"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_server(app: Starlette, *, log_level: str = "info", access_log: bool = True) -> uvicorn.Server:
+    # Access log lines hold the method, path and status only: never a header, so never the key.
+    config = uvicorn.Config(
+        app, log_level=log_level, access_log=access_log, lifespan="on", timeout_graceful_shutdown=5
+    )
+    return uvicorn.Server(config)
+
+
+@contextmanager
+def serve_in_thread(app: Starlette, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve ``app`` from a background thread; yields the base URL (``http://host:port/v1``)."""
+    sock = bind(host, port)
+    bound_port = sock.getsockname()[1]
+    server = uvicorn_server(app, log_level="warning", access_log=False)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="paragen-serve", daemon=True
+    )
+    thread.start()
+    try:
+        _wait_started(server, thread)
+        yield f"http://{host}:{bound_port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def _wait_started(server: uvicorn.Server, thread: threading.Thread, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the paragen serve thread did not start (see its log)")
+        time.sleep(0.01)
+
+
+async def served_model_names(backend: Backend, model: str | None) -> tuple[str, ...]:
+    """The name the backend's model is served under: the server's for a remote backend,
+    the checkpoint's file or folder name for the engine ("smollm2" for the default)."""
+    server_info = getattr(backend, "server_info", None)
+    pool = getattr(backend, "pool", None)
+    if server_info is not None and pool is not None:  # an OpenAI-compatible server: ask it
+        info = await server_info(pool.replicas[0])
+        return (str(info.model),)
+    if backend.name == "engine":
+        return (Path(model).name.removesuffix(".gguf") if model else "smollm2",)
+    return (model or backend.name,)

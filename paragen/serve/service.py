@@ -1,0 +1,174 @@
+"""The server's state and runs: one backend shared by every request, limits, live counters.
+
+Each request is one Orchestrator run (or one per OpenAI choice) over the one backend,
+so concurrent clients share it: the engine batches their samples in the same steps.
+Cancelling the task that awaits a run (the client went away) cancels every sample of
+it; the counters come back down only once the backend has let go of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+
+from paragen.backends.base import Backend
+from paragen.errors import ParagenError
+from paragen.events import SampleEnded, SampleStarted
+from paragen.orchestrator import Orchestrator
+from paragen.serve.config import ServeConfig
+from paragen.serve.errors import APIError, from_paragen, rate_limited
+from paragen.serve.passthrough import TextSink
+from paragen.serve.routing import Plan, Router
+from paragen.types import StrategyResult
+
+EventHandler = Callable[[int, Any], None]
+"""Receives (choice index, event) for every event of a run."""
+TextHandler = Callable[[int, str], None]
+"""Receives (choice index, new text) as a pass-through sample streams."""
+
+
+class Stats:
+    """Counters shown on /health: what runs now, and what has been served."""
+
+    def __init__(self) -> None:
+        self.runs_running = 0
+        self.samples_running = 0
+        self.runs_total = 0
+        self.prompt_tokens_total = 0
+        self.completion_tokens_total = 0
+        self.rejected_total = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+class Service:
+    """Runs resolved requests on the backend, within the server's limits."""
+
+    def __init__(self, backend: Backend, config: ServeConfig) -> None:
+        self.backend = backend
+        self.config = config
+        self.router = Router(config.model_names, config.defaults, config.budget)
+        self.stats = Stats()
+
+    @contextmanager
+    def admit(self, plan: Plan) -> Iterator[None]:
+        """Count the plan's runs as running for the block; 429 past the server's limits."""
+        config, stats = self.config, self.stats
+        asked = plan.samples * plan.choices
+        if asked > config.max_samples_per_request:
+            stats.rejected_total += 1
+            raise rate_limited(
+                f"the request asks for {asked} samples; this server allows at most "
+                f"{config.max_samples_per_request} per request (lower n)",
+                config.retry_after_s,
+            )
+        if stats.runs_running + plan.choices > config.max_runs:
+            stats.rejected_total += 1
+            raise rate_limited(
+                f"the server is running {stats.runs_running} of at most {config.max_runs} runs; retry later",
+                config.retry_after_s,
+            )
+        stats.runs_running += plan.choices
+        try:
+            yield
+        finally:
+            stats.runs_running -= plan.choices
+
+    async def check_prompt(self, plan: Plan) -> None:
+        """400 when the prompt has more tokens than the server takes."""
+        limit, text = self.config.max_prompt_tokens, plan.prompt_text
+        if len(text.encode("utf-8")) <= limit:  # a token covers at least one byte: no count needed
+            return
+        count, how = await self.backend.count_tokens(text)
+        if count > limit:
+            raise APIError(
+                400,
+                f"the prompt has {count} tokens (counted by {how}); this server takes at most {limit}",
+                param="messages" if plan.messages is not None else "prompt",
+                code="context_length_exceeded",
+            )
+
+    async def run_all(
+        self, plan: Plan, on_event: EventHandler | None = None, on_text: TextHandler | None = None
+    ) -> list[StrategyResult]:
+        """Every choice's result, in order; an APIError if the request turns out to be bad."""
+        if plan.choices == 1:
+            return [await self.run(plan, 0, on_event, on_text)]
+        results: list[StrategyResult | None] = [None] * plan.choices
+        errors: list[APIError] = []
+
+        async def one(index: int) -> None:
+            try:
+                results[index] = await self.run(plan, index, on_event, on_text)
+            except APIError as exc:
+                errors.append(exc)
+                tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            for index in range(plan.choices):
+                tg.start_soon(one, index)
+        if errors:
+            raise errors[0]
+        return [r for r in results if r is not None]
+
+    async def run(
+        self, plan: Plan, index: int, on_event: EventHandler | None, on_text: TextHandler | None
+    ) -> StrategyResult:
+        """One run of the plan's strategy; the counters follow its samples."""
+        started: set[int] = set()
+
+        def sink(event: Any) -> None:
+            self._count(event, started)
+            if on_event is not None:
+                on_event(index, event)
+
+        text_sink: TextSink | None = None if on_text is None else (lambda text: on_text(index, text))
+        orchestrator = Orchestrator(self.backend, defaults=plan.defaults, budget=plan.budget, on_event=sink)
+        try:
+            result = await orchestrator.run(plan.strategy(text_sink), plan.problem)
+        except ParagenError as exc:  # a strategy refusing its config only once it runs
+            raise from_paragen(exc, param="paragen.config") from None
+        finally:
+            self.stats.samples_running -= len(started)  # any the backend never reported ended
+        self._served(result)
+        return result
+
+    def _count(self, event: Any, started: set[int]) -> None:
+        if isinstance(event, SampleStarted):
+            started.add(event.trace_id)
+            self.stats.samples_running += 1
+        elif isinstance(event, SampleEnded) and event.trace.id in started:
+            started.discard(event.trace.id)
+            self.stats.samples_running -= 1
+
+    def _served(self, result: StrategyResult) -> None:
+        stats = self.stats
+        stats.runs_total += 1
+        stats.prompt_tokens_total += result.usage.prompt_tokens
+        stats.completion_tokens_total += generated_tokens(result)
+
+
+def generated_tokens(result: StrategyResult) -> int:
+    """Every token the run generated: samples (cancelled ones too, up to the cancel) and judges."""
+    return sum(t.completion_tokens for t in result.traces if t.kind != "tool")
+
+
+def failure(result: StrategyResult) -> APIError | None:
+    """A 502 when the backend produced nothing usable: every sample failed, or the run did."""
+    samples = [t for t in result.traces if t.kind == "sample"]
+    if samples and all(t.status == "error" for t in samples):
+        return _backend_failed(samples[0].error or "unknown error")
+    if result.stop_reason == "error" and result.error:
+        return _backend_failed(result.error)
+    return None
+
+
+def _backend_failed(detail: str) -> APIError:
+    return APIError(502, f"the backend failed: {detail}", type="server_error", code="backend_error")
+
+
+__all__ = ["Service", "Stats", "failure", "generated_tokens"]

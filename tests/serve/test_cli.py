@@ -1,0 +1,112 @@
+"""``paragen serve`` as a real subprocess: it serves, keeps its key secret, refuses bad flags with
+exit code 2 and one line, and ``paragen --help`` does not import the ASGI stack or torch."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from paragen.serve.server import bind
+
+HEAVY = ["torch", "vllm", "starlette", "uvicorn", "sse_starlette", "transformers"]
+
+
+def paragen(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "paragen.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize("args", [["--help"], ["serve", "--help"]])
+def test_help_imports_nothing_heavy(args: list[str]) -> None:
+    code = (
+        "import sys\nfrom paragen.cli import main\n"
+        f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+        f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "LOADED []" in out.stdout, out.stdout + out.stderr
+    if args == ["serve", "--help"]:
+        assert "--api-key-env" in out.stdout and "--max-samples" in out.stdout
+
+
+KEY = "pg-test-key-0123456789"
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    command = [sys.executable, "-m", "paragen.cli", "serve", "-b", "scripted", "--port", "0"]
+    command += ["--api-key-env", "PG_SERVE_KEY"]
+    env = {**os.environ, "PG_SERVE_KEY": KEY, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    assert process.stderr is not None
+    line = process.stderr.readline()
+    match = re.search(r"on (http://\S+/v1)", line)
+    assert match, line + process.stderr.read()
+    yield match[1], process
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def test_serves_and_never_shows_the_key(server: tuple[str, subprocess.Popen[str]]) -> None:
+    url, process = server
+    with openai.OpenAI(base_url=url, api_key=KEY, max_retries=0) as client:
+        reply = client.chat.completions.create(
+            model="majority-3/scripted", messages=[{"role": "user", "content": "2+3"}], seed=0
+        )
+    assert reply.choices[0].message.content and "\\boxed{5}" in reply.choices[0].message.content
+    with (
+        pytest.raises(openai.AuthenticationError),
+        openai.OpenAI(base_url=url, api_key=KEY[:-1], max_retries=0) as bad,
+    ):
+        bad.models.list()
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert KEY not in out + err
+    assert "POST /v1/chat/completions" in out, out  # the access log (method, path, status: no header)
+
+
+def _taken_port() -> tuple[str, object]:
+    sock = bind("127.0.0.1", 0)
+    sock.listen()
+    return str(sock.getsockname()[1]), sock
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["-b", "nosuch"], {}, "unknown backend 'nosuch'"),
+        (["-b", "scripted", "--api-key-env", "PG_NOT_SET"], {}, "PG_NOT_SET, which is not set"),
+        (["-b", "scripted", "--max-runs", "0"], {}, "bad value for --max-runs"),
+        (["-b", "scripted", "--temperature", "-2"], {}, "bad value for --temperature"),
+        (["-b", "scripted", "--port", "nope"], {}, "'--port'"),
+        (["-b", "scripted", "--host", "256.1.1.1"], {}, "cannot listen on 256.1.1.1"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(args: list[str], env: dict[str, str], message: str) -> None:
+    out = paragen("serve", *args, env=env)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_taken_port_exits_2() -> None:
+    port, sock = _taken_port()
+    out = paragen("serve", "-b", "scripted", "--port", port)
+    assert out.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in out.stderr, out.stderr
+    sock.close()  # type: ignore[attr-defined]

@@ -1,0 +1,90 @@
+"""Model names and ``paragen`` fields to plans, and answers to the wire format: plain functions, no server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from paragen.config import Budget
+from paragen.serve import render
+from paragen.serve.errors import APIError
+from paragen.serve.routing import Router
+from paragen.serve.wire import ChatRequest, CompletionRequest
+from paragen.types import RunUsage, SamplingParams, StrategyResult, Trace
+
+Q = [{"role": "user", "content": "What is 7 + 5?"}]
+
+
+def router(**budget: Any) -> Router:
+    return Router(("smollm2", "Org/Model-1B"), SamplingParams(temperature=0.3), Budget(**budget))
+
+
+def plan_of(**body: Any) -> Any:
+    return router().plan(ChatRequest.model_validate({"messages": Q, **body}))
+
+
+@pytest.mark.parametrize(
+    ("model", "strategy", "samples"),
+    [
+        ("smollm2", None, 1),
+        ("Org/Model-1B", None, 1),  # a served name with a slash passes through whole
+        ("ffs-8/smollm2", "ffs", 8),
+        ("majority/smollm2", "majority", 8),  # the strategy's own default n
+        ("best_of_n-3/Org/Model-1B", "best_of_n", 3),
+        ("ffs_k-6", "ffs_k", 6),  # no model part: the served model
+    ],
+)
+def test_model_names(model: str, strategy: str | None, samples: int) -> None:
+    plan = plan_of(model=model)
+    assert plan.strategy_name == strategy and plan.samples == samples and plan.model == model
+
+
+def test_paragen_field_and_name_must_agree() -> None:
+    assert plan_of(model="smollm2", paragen={"strategy": "ffs", "n": 2}).samples == 2
+    assert plan_of(model="ffs-4/smollm2", paragen={"n": 4, "config": {"n": 4}}).samples == 4
+    with pytest.raises(APIError, match="two different ns"):
+        plan_of(model="ffs-4/smollm2", paragen={"n": 5})
+
+
+def test_request_sampling_overrides_server_defaults() -> None:
+    plan = plan_of(model="smollm2", top_p=0.5, stop="\n\n", max_completion_tokens=9)
+    assert plan.defaults.temperature == 0.3 and plan.defaults.top_p == 0.5
+    assert plan.defaults.stop == ("\n\n",) and plan.defaults.max_tokens == 9
+
+
+def test_budget_is_never_looser_than_the_servers() -> None:
+    tight = router(deadline_s=5.0).plan(
+        ChatRequest.model_validate(
+            {"model": "smollm2", "messages": Q, "paragen": {"budget": {"deadline_s": 60}}}
+        )
+    )
+    assert tight.budget.deadline_s == 5.0
+
+
+def test_conversation_becomes_one_question_for_strategies() -> None:
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is 7 + 5?"}]},
+    ]
+    plan = router().plan(ChatRequest.model_validate({"model": "majority/smollm2", "messages": messages}))
+    assert plan.problem.question == "System: Be brief.\n\nUser: What is 7 + 5?"
+    assert plan.messages is not None and [m.role for m in plan.messages] == ["system", "user"]
+
+
+def test_completion_prompt() -> None:
+    plan = router().plan(CompletionRequest.model_validate({"model": "smollm2", "prompt": "1, 2, 3,"}))
+    assert plan.prompt == "1, 2, 3," and plan.messages is None and plan.problem.question == "1, 2, 3,"
+
+
+def test_usage_extension_sums_every_generated_token() -> None:
+    traces = [
+        Trace(id=0, completion_tokens=10, prompt_tokens=4, status="ok"),
+        Trace(id=1, completion_tokens=3, prompt_tokens=4, status="cancelled"),
+        Trace(id=2, kind="judge", completion_tokens=2, prompt_tokens=5),
+    ]
+    usage = RunUsage(total_tokens=13, prompt_tokens=13, sequential_tokens=10, wasted_tokens=3, judge_tokens=7)
+    result = StrategyResult(strategy="x", problem_id="p", answer="1", traces=traces, usage=usage)
+    body = render.usage([result])
+    assert body["completion_tokens"] == 15 and body["prompt_tokens"] == 13 and body["total_tokens"] == 28
+    assert body["paragen"]["sequential_tokens"] == 10 and body["paragen"]["wasted_tokens"] == 3
