@@ -96,17 +96,22 @@ class HTTPStream:
                 if isinstance(exc, BackendConnectionError):
                     pool.mark_down(replica)
                 delay = retry_delay(exc, attempt, config.backoff, config.max_backoff)
-                if attempt >= config.max_retries or delay is None or not self._can_resume():
+                if attempt >= config.max_retries or delay is None or not self._can_resume(replica):
                     raise
             attempt, avoid = attempt + 1, replica
             await anyio.sleep(delay)
 
-    def _can_resume(self) -> bool:
+    def _can_resume(self, failed: Replica) -> bool:
+        """Whether another attempt can go on without repeating what the caller has seen."""
         if not self._num_seen:
             return True
         if self._request.n != 1 or self.usage.completion_tokens >= self._request.params.max_tokens:
             return False
-        return self._request.messages is None or self._backend.capabilities.continue_final
+        if self._request.messages is None:
+            return True
+        # A chat reply goes on as a prefilled assistant message: only where a server continues one.
+        others = [r for r in self._backend.pool.replicas if r is not failed] or [failed]
+        return any(r.info is not None and r.info.kind in ("vllm", "sglang") for r in others)
 
     def _current_request(self) -> GenerateRequest:
         """The request itself, or after a cut-off its continuation from the text seen so far."""
