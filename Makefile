@@ -57,6 +57,7 @@ bench: setup
 	$(PY) benchmarks/orchestrator.py
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/llmcompiler.py
+	$(PY) benchmarks/openai_backend.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV)
