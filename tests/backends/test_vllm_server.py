@@ -139,6 +139,8 @@ async def test_continue_final_continues_the_prefilled_reply(vllm_server: Server)
 STRATEGY_OPTIONS: dict[str, dict[str, object]] = {
     "budget_forcing": {"think_tokens": 24, "answer_tokens": 8},
     "pdr": {"rounds": 1},
+    "ffs_k": {"k": 2},  # k <= n
+    "lfs_k": {"k": 2},
 }
 
 
