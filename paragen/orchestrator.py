@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 import anyio
 
 from paragen.accounting import summarize
-from paragen.backends.base import Backend
+from paragen.backends.base import Backend, open_backend
 from paragen.config import Budget
 from paragen.context import RunContext
 from paragen.errors import BackendError, BudgetExceededError
@@ -45,9 +45,19 @@ class Orchestrator:
         self.budget = budget or Budget()
         self.limit = max_concurrent_problems
         self.on_event = on_event
+        self._opened = False
+
+    async def open(self) -> None:
+        """Open the backend once, before any strategy reads its capabilities (run() and
+        stream_many() call it): an HTTP backend probes its servers here, and a wrong URL
+        fails here as one error instead of once per sample."""
+        if not self._opened:
+            await open_backend(self.backend)
+            self._opened = True
 
     async def run(self, strategy: Strategy, problem: Problem) -> StrategyResult:
         """Run ``strategy`` on ``problem``; always returns a result unless cancelled from outside."""
+        await self.open()
         ledger = Ledger(self.budget, self.on_event)
         ctx = RunContext(
             self.backend, problem, defaults=self.defaults, ledger=ledger, strategy_name=strategy.name
@@ -122,6 +132,7 @@ class Orchestrator:
         self, strategy: Strategy, problems: Sequence[Problem]
     ) -> AsyncIterator[AsyncIterator[tuple[int, StrategyResult]]]:
         """Yield (input index, result) pairs as problems finish, at most ``limit`` running at once."""
+        await self.open()
         send, recv = anyio.create_memory_object_stream[tuple[int, StrategyResult]](math.inf)
         limiter = anyio.CapacityLimiter(self.limit)
 

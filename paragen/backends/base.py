@@ -15,6 +15,11 @@ soon as known, completion tokens as they stream), so budgets see tokens as they 
 It covers the whole request: for ``n`` choices the prompt counts ``n`` times, and
 ``cached_prompt_tokens`` says how many of those were served from a cache (the engine
 prefills a shared prompt once, so n - 1 of the n copies are cached).
+
+A backend may also have ``async open()``: the step that makes its ``capabilities`` true
+(an HTTP backend probes its servers there). The Orchestrator calls it once, through
+:func:`open_backend`, before any strategy reads the capabilities; it must be idempotent.
+Configuration mistakes it finds (a base URL without ``/v1``) are raised there, once.
 """
 
 from __future__ import annotations
@@ -74,6 +79,13 @@ class Backend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+async def open_backend(backend: Backend) -> None:
+    """Run ``backend.open()`` where the backend has one (it is optional in the protocol)."""
+    opener = getattr(backend, "open", None)
+    if opener is not None:
+        await opener()
 
 
 def estimate_tokens(text: str) -> int:

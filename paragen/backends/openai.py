@@ -5,42 +5,38 @@
         async for delta in stream:
             print(delta.text, end="")
 
-Each server is probed once, on first use (GET /v1/models: which model, which server
-kind), and the kind decides what the server can do: llama.cpp refuses ``n > 1``, vLLM
+Each server is probed once (GET /v1/models: which model, which server kind) by
+:meth:`OpenAIBackend.open`, which the Orchestrator calls before the first problem (a
+backend used directly probes on first use), and the kind decides what the server can
+do: llama.cpp refuses ``n > 1``, vLLM
 streams usage on every chunk, SGLang can be told to abort a request by id. Leaving
 the stream early closes the HTTP response, which is what makes vLLM and llama.cpp
 abort the generation; SGLang additionally gets ``POST /abort_request``.
 
-Retries (connect errors, timeouts, 5xx, 429 with its Retry-After) happen only before
-the first delta has been handed out: after that, a retry would duplicate text the
-caller has already seen.
+Retries (connect errors, timeouts, 5xx, 429 with its Retry-After) move to another
+replica where there is one; a single-choice stream cut off mid-way is resumed from
+the text seen so far (see :mod:`paragen.backends.openai_stream`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal
 
-import anyio
 import httpx
-from httpx_sse import EventSource
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 
-from paragen.backends.base import Capabilities, CompletionStream, estimate_tokens
-from paragen.backends.openai_http import map_http_errors, raise_for_status, redacting, retry_delay
-from paragen.backends.openai_wire import ChunkParser, Endpoint, ServerKind, WireOptions, build_body
+from paragen.backends.base import Capabilities, estimate_tokens
+from paragen.backends.openai_http import map_http_errors, raise_for_status
+from paragen.backends.openai_stream import StreamContext
+from paragen.backends.openai_wire import Endpoint, ServerKind
 from paragen.backends.pool import Pool, Replica
 from paragen.config import move_url_credentials
-from paragen.errors import BackendConnectionError, BackendError, BackendProtocolError, ConfigError
-from paragen.types import Delta, GenerateRequest, Model, Usage
+from paragen.errors import BackendError, BackendProtocolError, ConfigError
+from paragen.types import GenerateRequest, Model
 
-_SSE_HEADERS = {"Accept": "text/event-stream"}
 _KINDS: dict[str, ServerKind] = {
     "vllm": "vllm",
     "sglang": "sglang",
@@ -149,8 +145,9 @@ class OpenAIBackend:
 
     @property
     def capabilities(self) -> Capabilities:
-        """What the (first) server can do; config defaults until :meth:`probe` has run."""
-        info: ServerInfo | None = self.pool.replicas[0].info
+        """What the servers can do; config defaults until :meth:`open` has probed them."""
+        probed = [r.info for r in self.pool.replicas if r.info is not None]
+        info: ServerInfo | None = probed[0] if probed else None
         endpoint = self.config.endpoint
         kind = info.kind if info else (self.config.server if self.config.server != "auto" else "openai")
         return Capabilities(
@@ -165,10 +162,27 @@ class OpenAIBackend:
             tokenizer=kind in _TOKENIZE,
         )
 
-    async def probe(self) -> Capabilities:
-        """Probe the first server now (it is otherwise probed on first use) and return capabilities."""
-        await self.server_info(self.pool.replicas[0])
+    async def open(self) -> Capabilities:
+        """Probe every replica now, so :attr:`capabilities` are true before a strategy reads them.
+
+        A configuration mistake (a base URL without ``/v1``, no model) is raised at once. A
+        replica that cannot be reached is marked down, to be retried by the pool's health
+        check, as long as another one answers; if none does, the first failure is raised.
+        """
+        failure: BackendError | None = None
+        for replica in self.pool.replicas:
+            try:
+                await self.server_info(replica)
+            except ConfigError:
+                raise
+            except BackendError as exc:
+                self.pool.mark_down(replica)
+                failure = failure or exc
+        if failure is not None and not any(r.info is not None for r in self.pool.replicas):
+            raise failure
         return self.capabilities
+
+    probe = open
 
     async def server_info(self, replica: Replica) -> ServerInfo:
         """The probe result of ``replica``, probing it once (concurrent callers wait for one probe)."""
@@ -183,7 +197,9 @@ class OpenAIBackend:
         with map_http_errors(url):
             response = await self._client.get(url)
         models: list[dict[str, Any]] = []
-        if response.status_code != 404:  # some servers have no /models; then the config must name one
+        if response.status_code == 404:  # some servers have no /models; then the config must name one
+            await self._fail_without_v1(replica)
+        else:
             await raise_for_status(response)
             models = [m for m in _json(response, url).get("data", []) if isinstance(m, dict)]
         kind = self.config.server if self.config.server != "auto" else _kind(models)
@@ -198,6 +214,18 @@ class OpenAIBackend:
         )
         return ServerInfo(kind=kind, model=model, native_n=native_n, continuous_usage=continuous)
 
+    async def _fail_without_v1(self, replica: Replica) -> None:
+        """A base URL that lacks ``/v1`` is the usual mistake: say so when ``URL/v1`` answers."""
+        if replica.url.endswith("/v1"):
+            return
+        url = f"{replica.url}/v1/models"
+        with contextlib.suppress(httpx.HTTPError):
+            if (await self._client.get(url)).status_code == 200:
+                raise ConfigError(
+                    f"{replica.url} is not an OpenAI API base URL (it has no /models, {url} answers)",
+                    hint=f"use {replica.url}/v1",
+                )
+
     def endpoint_for(self, request: GenerateRequest) -> Endpoint:
         """Which API serves ``request``: completions for raw prompts, chat for messages."""
         if self.config.endpoint == "chat":
@@ -210,10 +238,18 @@ class OpenAIBackend:
             return "chat"
         return "completions"
 
-    def stream(self, request: GenerateRequest) -> _StreamContext:
+    def stream(self, request: GenerateRequest) -> StreamContext:
         """Stream ``request``'s deltas; see :mod:`paragen.backends.base` for the contract."""
         self.endpoint_for(request)  # fail on a wrong input before any I/O
-        return _StreamContext(self, request)
+        return StreamContext(self, request)
+
+    async def check_health(self) -> None:
+        """Ask each down replica that is due (GET /models) whether it is back; take it back if so."""
+        for replica in self.pool.due_for_check():
+            with contextlib.suppress(httpx.HTTPError):
+                response = await self._client.get(f"{replica.url}/models", timeout=2.0)
+                if response.is_success:
+                    self.pool.mark_up(replica)
 
     async def count_tokens(self, text: str) -> tuple[int, str]:
         """Count with the server's tokenizer where it has an endpoint for it, else estimate."""
@@ -273,115 +309,3 @@ def _json(response: httpx.Response, url: str) -> dict[str, Any]:
     except ValueError as exc:
         raise BackendProtocolError(f"{url}: answer is not JSON") from exc
     return data if isinstance(data, dict) else {}
-
-
-class _StreamContext:
-    """What ``stream()`` returns: the stream on entry; on exit, the request is closed."""
-
-    def __init__(self, backend: OpenAIBackend, request: GenerateRequest) -> None:
-        self._backend = backend
-        self._request = request
-        self._stream: _HTTPStream | None = None
-
-    async def __aenter__(self) -> CompletionStream:
-        # No I/O here: the probe and the request happen on first iteration, inside the retry loop.
-        self._stream = _HTTPStream(self._backend, self._request)
-        return self._stream
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._stream is not None:
-            await self._stream.aclose()
-
-
-class _HTTPStream:
-    """One request's deltas, with retries before the first one and live usage."""
-
-    def __init__(self, backend: OpenAIBackend, request: GenerateRequest) -> None:
-        self.usage = Usage()
-        self._backend = backend
-        self._request = request
-        self._started = False
-        self._deltas = self._iterate()
-
-    def __aiter__(self) -> AsyncIterator[Delta]:
-        return self._deltas
-
-    async def abort(self, index: int) -> None:
-        """Stop the choice; only possible for a single-choice request (it closes the response)."""
-        if self._request.n != 1 or index != 0:
-            raise ConfigError("an n > 1 HTTP request cannot abort one choice", hint="send n=1 requests")
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        await self._deltas.aclose()
-
-    async def _iterate(self) -> AsyncGenerator[Delta, None]:
-        config = self._backend.config
-        attempt, avoid = 0, None
-        while True:
-            replica = self._backend.pool.pick(self._request.affinity, avoid)
-            try:
-                # Outstanding from the pick on, so requests picked together see each other.
-                with self._backend.pool.lease(replica):
-                    async with aclosing(self._attempt(replica)) as deltas:
-                        async for delta in deltas:
-                            self._started = True
-                            yield delta
-                return
-            except BackendError as exc:
-                delay = retry_delay(exc, attempt, config.backoff, config.max_backoff)
-                if self._started or attempt >= config.max_retries or delay is None:
-                    raise
-            attempt, avoid = attempt + 1, replica
-            await anyio.sleep(delay)
-
-    async def _attempt(self, replica: Replica) -> AsyncGenerator[Delta, None]:
-        info = await self._backend.server_info(replica)
-        url, body, rid = self._prepare(replica, info)
-        parser = ChunkParser(
-            self._backend.endpoint_for(self._request), self.usage, num_choices=self._request.n
-        )
-        client = self._backend.client
-        with map_http_errors(url):
-            request = client.build_request("POST", url, json=body, headers=_SSE_HEADERS)
-            response = await client.send(request, stream=True)
-        try:
-            with map_http_errors(url), redacting(response.request):
-                await raise_for_status(response)
-                async with aclosing(EventSource(response).aiter_sse()) as events:
-                    async for event in events:
-                        if event.data == "[DONE]":
-                            parser.saw_done = True
-                            break
-                        for delta in parser.parse(event.data):
-                            yield delta
-            if not parser.is_done:
-                raise BackendConnectionError(f"{url}: the stream ended before the completion did")
-        finally:
-            await _close(response, self._backend, replica, None if parser.is_done else rid)
-
-    def _prepare(self, replica: Replica, info: ServerInfo) -> tuple[str, dict[str, Any], str | None]:
-        """The URL, body and SGLang request id of one attempt; usage starts over."""
-        if self._request.n > 1 and not info.native_n:
-            hint = "send n=1 requests (see capabilities.native_n)"
-            raise ConfigError(f"{replica.url} does not accept n > 1", hint=hint)
-        endpoint = self._backend.endpoint_for(self._request)
-        rid = f"{self._request.request_id}-{uuid.uuid4().hex[:8]}" if info.kind == "sglang" else None
-        options = WireOptions(info.model, endpoint, info.kind, info.continuous_usage, rid)
-        body = {**build_body(self._request, options), **self._backend.config.extra_body}
-        self.usage.prompt_tokens, self.usage.completion_tokens, self.usage.source = 0, 0, "none"
-        self.usage.cached_prompt_tokens = None
-        url = f"{replica.url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
-        return url, body, rid
-
-
-async def _close(response: httpx.Response, backend: OpenAIBackend, replica: Replica, rid: str | None) -> None:
-    """Close the response even while being cancelled: closing it is what aborts the request."""
-    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-        await response.aclose()
-        if rid is not None:  # SGLang: also say so explicitly, by request id
-            # Best effort: the closed connection has already told the server.
-            with contextlib.suppress(httpx.HTTPError):
-                await backend.client.post(f"{replica.root}/abort_request", json={"rid": rid}, timeout=2.0)

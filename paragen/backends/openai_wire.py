@@ -161,6 +161,7 @@ class ChunkParser:
     finished: set[int] = field(default_factory=set)
     _counted: dict[int, int] = field(default_factory=dict)  # tokens attributed to each choice so far
     saw_done: bool = False  # the server's "[DONE]" sentinel arrived
+    base: Usage | None = None  # a resumed request: the counts of the attempts before it
     _final: bool = False
 
     @property
@@ -218,14 +219,16 @@ class ChunkParser:
             usage.source = source  # type: ignore[assignment]
 
     def _take_prompt(self, usage: _Usage) -> None:
+        base = self.base or Usage()
         if usage.prompt_tokens is not None:
-            self.usage.prompt_tokens = usage.prompt_tokens
-        if usage.prompt_tokens_details is not None:
-            self.usage.cached_prompt_tokens = usage.prompt_tokens_details.cached_tokens
+            self.usage.prompt_tokens = base.prompt_tokens + usage.prompt_tokens
+        if usage.prompt_tokens_details is not None and usage.prompt_tokens_details.cached_tokens is not None:
+            cached = usage.prompt_tokens_details.cached_tokens
+            self.usage.cached_prompt_tokens = (base.cached_prompt_tokens or 0) + cached
 
     def _take_final(self, usage: _Usage) -> None:
         self._take_prompt(usage)
-        self.usage.completion_tokens = usage.completion_tokens
+        self.usage.completion_tokens = (self.base or Usage()).completion_tokens + usage.completion_tokens
         self.usage.source = "server"
         self._final = True
 

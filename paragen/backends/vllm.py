@@ -42,9 +42,12 @@ class VLLMConfig(Model):
     enforce_eager: bool = False
     seed: int = 0
     engine_args: dict[str, Any] = Field(default_factory=dict)  # any other AsyncEngineArgs field
+    extra_sampling: dict[str, Any] = Field(
+        default_factory=dict
+    )  # vLLM SamplingParams extras: ignore_eos, ...
 
     def to_engine_kwargs(self) -> dict[str, Any]:
-        kwargs = self.model_dump(exclude={"engine_args"}, exclude_none=True)
+        kwargs = self.model_dump(exclude={"engine_args", "extra_sampling"}, exclude_none=True)
         return {**kwargs, **self.engine_args}
 
 
@@ -142,6 +145,7 @@ class VLLMBackend:
             stop=list(params.stop) or None,
             logprobs=params.top_logprobs if wants_logprobs else None,
             output_kind=RequestOutputKind.DELTA,
+            **self.config.extra_sampling,
         )
 
     def stream(self, request: GenerateRequest) -> _VLLMContext:
@@ -153,11 +157,22 @@ class VLLMBackend:
         return len(tokenizer.encode(text, add_special_tokens=False)), "tokenizer"
 
     async def aclose(self) -> None:
+        """Stop the engine (its core process included) now, while the event loop still runs.
+
+        AsyncLLM.__del__ shuts down again at interpreter exit, when its output task's loop is
+        gone, and prints a traceback; after a shutdown here there is nothing left for it to do.
+        """
+        engine, self.engine = self.engine, None
+        if engine is None:
+            return
         for name in ("shutdown", "shutdown_background_loop"):
-            stop = getattr(self.engine, name, None)
+            stop = getattr(engine, name, None)
             if callable(stop):
                 stop()
-                return
+                break
+        for part in ("output_handler", "engine_core", "renderer"):
+            if getattr(engine, part, None) is not None:
+                setattr(engine, part, None)
 
 
 class _VLLMContext:
@@ -171,7 +186,7 @@ class _VLLMContext:
         prompt = await self._backend.prompt_text(self._request)
         params = self._backend.sampling_params(self._request)
         outputs = self._backend.engine.generate(prompt, params, self._request_id)
-        self._stream = _VLLMStream(outputs, self._request.params.top_logprobs)
+        self._stream = _VLLMStream(outputs, self._request.params.top_logprobs, self._request.n)
         return self._stream
 
     async def __aexit__(
@@ -188,9 +203,11 @@ class _VLLMContext:
 
 
 class _VLLMStream:
-    def __init__(self, outputs: AsyncGenerator[Any, None], top_logprobs: int) -> None:
+    def __init__(self, outputs: AsyncGenerator[Any, None], top_logprobs: int, num_choices: int) -> None:
         self.usage = Usage(source="token_ids")
         self._top_logprobs = top_logprobs
+        self._num_choices = num_choices
+        self._cached: dict[int, int] = {}
         self.is_finished = False
         self._outputs = outputs
         self._deltas = self._iterate()
@@ -218,9 +235,17 @@ class _VLLMStream:
             raise EngineError(f"vLLM failed the request: {type(exc).__name__}: {exc}") from exc
 
     def _take_prompt(self, output: Any) -> None:
-        if not self.usage.prompt_tokens and output.prompt_token_ids is not None:
-            self.usage.prompt_tokens = len(output.prompt_token_ids)
-            self.usage.cached_prompt_tokens = getattr(output, "num_cached_tokens", None)
+        """The prompt counts once per choice; vLLM runs each choice of n > 1 as its own request
+        and says per choice how much of its prompt came from the prefix cache."""
+        if output.prompt_token_ids is None:
+            return
+        if not self.usage.prompt_tokens:
+            self.usage.prompt_tokens = len(output.prompt_token_ids) * self._num_choices
+        cached = getattr(output, "num_cached_tokens", None)
+        if cached is not None:
+            for choice in output.outputs:
+                self._cached[choice.index] = cached
+            self.usage.cached_prompt_tokens = sum(self._cached.values())
 
     def _delta(self, choice: Any) -> Delta:
         token_ids = tuple(choice.token_ids)

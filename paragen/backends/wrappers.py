@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 
 from paragen import errors
-from paragen.backends.base import Backend, Capabilities, CompletionStream, estimate_tokens
+from paragen.backends.base import Backend, Capabilities, CompletionStream, estimate_tokens, open_backend
 from paragen.errors import BackendError, ConfigError
 from paragen.types import Delta, GenerateRequest, Usage
 
@@ -53,6 +53,9 @@ class WrapperBackend:
 
     async def count_tokens(self, text: str) -> tuple[int, str]:
         return await self.inner.count_tokens(text)
+
+    async def open(self) -> None:
+        await open_backend(self.inner)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -184,21 +184,55 @@ async def test_read_timeout_is_mapped(server: FakeServer) -> None:
         await generate(make(server, max_retries=0), GenerateRequest(prompt="x"))
 
 
-async def test_reset_after_the_first_token_is_not_retried(server: FakeServer) -> None:
+async def test_reset_after_the_first_token_resumes_from_the_text_seen(server: FakeServer) -> None:
     server.replies.append(lambda r: server.sse([chunk("4"), httpx.ReadError("connection reset by peer")]))
+    rest = [chunk(" apples", finish="stop"), usage_chunk(5, 3), "[DONE]"]
+    server.replies.append(lambda r: server.sse(rest))
     seen = []
+    request = GenerateRequest(prompt="x", params=SamplingParams(max_tokens=10))
+    async with make(server).stream(request) as stream:
+        async for delta in stream:
+            seen.append(delta.text)
+        usage = stream.usage
+    assert seen == ["4", " apples"]  # nothing repeated, nothing lost
+    _, resumed = server.bodies
+    assert (resumed["prompt"], resumed["max_tokens"]) == ("x4", 9)
+    # One token before the cut (estimated from its chunk), three after it (the server's count).
+    assert (usage.prompt_tokens, usage.completion_tokens) == (5, 4)
+
+
+async def test_a_chat_stream_resumes_as_a_prefilled_reply_where_the_server_continues_one(
+    server: FakeServer,
+) -> None:
+    server.replies.append(lambda r: server.sse([chat_chunk("Four"), httpx.ReadError("reset")]))
+    server.replies.append(lambda r: server.sse([chat_chunk(".", finish="stop"), "[DONE]"]))
+    messages = (ChatMessage(role="user", content="2+2?"),)
+    [completion] = await generate(make(server), GenerateRequest(messages=messages))
+    assert completion.text == "Four."
+    resumed = server.bodies[1]
+    assert resumed["messages"][-1] == {"role": "assistant", "content": "Four"}
+    assert resumed["continue_final_message"] is True
+
+
+async def test_no_resume_where_it_would_repeat_text() -> None:
+    llama = FakeServer(owned_by="llamacpp")  # its chat endpoint cannot continue a prefilled reply
+    llama.default = lambda r: llama.sse([chat_chunk("Four"), httpx.ReadError("connection reset by peer")])
+    messages = (ChatMessage(role="user", content="2+2?"),)
     with pytest.raises(BackendConnectionError, match="reset"):
-        async with make(server).stream(GenerateRequest(prompt="x")) as stream:
-            async for delta in stream:
-                seen.append(delta.text)
-    assert seen == ["4"] and len(server.generation_requests()) == 1
+        await generate(make(llama), GenerateRequest(messages=messages))
+    assert len(llama.generation_requests()) == 1
+    vllm = FakeServer()
+    vllm.default = lambda r: vllm.sse([chunk("4", index=0), chunk("5", index=1), httpx.ReadError("reset")])
+    with pytest.raises(BackendConnectionError):  # n > 1: which choice would go on where is unknown
+        await generate(make(vllm), GenerateRequest(prompt="x", n=2))
+    assert len(vllm.generation_requests()) == 1
 
 
-async def test_stream_that_ends_too_soon(server: FakeServer) -> None:
+async def test_stream_that_keeps_ending_too_soon_gives_up(server: FakeServer) -> None:
     server.default = lambda r: server.sse([chunk("4")])
     with pytest.raises(BackendConnectionError, match="ended before"):
-        await generate(make(server), GenerateRequest(prompt="x"))
-    assert len(server.generation_requests()) == 1  # a token was already out: no retry
+        await generate(make(server, max_retries=2), GenerateRequest(prompt="x"))
+    assert [b["prompt"] for b in server.bodies] == ["x", "x4", "x44"]
 
 
 async def test_malformed_chunk_is_a_protocol_error(server: FakeServer) -> None:

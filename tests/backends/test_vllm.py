@@ -1,5 +1,6 @@
-"""The in-process vLLM adapter. vLLM itself is not installed here: the adapter runs against a
-stand-in module and engine written to vLLM's AsyncLLM API (generate / abort / get_tokenizer)."""
+"""The in-process vLLM adapter's mapping, against a stand-in engine written to vLLM's AsyncLLM API
+(generate / abort / get_tokenizer): fast, and it runs without vLLM. The same contract against
+vLLM's real AsyncLLM is tested in test_vllm_inprocess.py (in the vLLM venv)."""
 
 from __future__ import annotations
 
@@ -107,7 +108,8 @@ async def test_streams_deltas_with_exact_counts() -> None:
         usage = stream.usage
     assert [(d.index, d.text, d.token_ids) for d in deltas[:2]] == [(0, "a", (1,)), (1, "a", (1,))]
     assert deltas[0].logprobs == (-0.5,) and deltas[0].top_logprobs == ((-0.1, -0.5),)
-    assert (usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens) == (2, 1, 6)
+    # The prompt counts once per choice; each choice says how much of it was cached.
+    assert (usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens) == (4, 2, 6)
     assert usage.source == "token_ids" and deltas[-1].finish_reason == "length"
     sent = engine.calls[0][1].kwargs
     assert (

@@ -1,0 +1,185 @@
+"""One streaming request of the OpenAI backend: retries, failover and resumption.
+
+Before the first delta a failed attempt is simply retried (on another replica where
+the pool has one). After it, a retry would duplicate text the caller has seen, so a
+single-choice request whose replica died mid-stream is *resumed* instead: the text so
+far goes back as the prompt (completions) or as a prefilled assistant message (chat, on
+servers that continue one), with ``max_tokens`` cut by the tokens already produced. The
+sample goes on where it stopped and every token is counted once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx
+from httpx_sse import EventSource
+
+from paragen.backends.base import CompletionStream
+from paragen.backends.openai_http import map_http_errors, raise_for_status, redacting, retry_delay
+from paragen.backends.openai_wire import ChunkParser, WireOptions, build_body
+from paragen.backends.pool import Replica
+from paragen.errors import BackendConnectionError, BackendError, ConfigError
+from paragen.types import ChatMessage, Delta, GenerateRequest, Usage
+
+if TYPE_CHECKING:
+    from paragen.backends.openai import OpenAIBackend, ServerInfo
+
+_SSE_HEADERS = {"Accept": "text/event-stream"}
+
+
+class StreamContext:
+    """What ``stream()`` returns: the stream on entry; on exit, the request is closed."""
+
+    def __init__(self, backend: OpenAIBackend, request: GenerateRequest) -> None:
+        self._backend = backend
+        self._request = request
+        self._stream: HTTPStream | None = None
+
+    async def __aenter__(self) -> CompletionStream:
+        # No I/O here: the probe and the request happen on first iteration, inside the retry loop.
+        self._stream = HTTPStream(self._backend, self._request)
+        return self._stream
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._stream is not None:
+            await self._stream.aclose()
+
+
+class HTTPStream:
+    """One request's deltas, with retries, failover, resumption and live usage."""
+
+    def __init__(self, backend: OpenAIBackend, request: GenerateRequest) -> None:
+        self.usage = Usage()
+        self._backend = backend
+        self._request = request
+        self._texts: list[str] = []  # what the caller has seen (single-choice requests)
+        self._num_seen = 0  # deltas handed out
+        self._deltas = self._iterate()
+
+    def __aiter__(self) -> AsyncIterator[Delta]:
+        return self._deltas
+
+    async def abort(self, index: int) -> None:
+        """Stop the choice; only possible for a single-choice request (it closes the response)."""
+        if self._request.n != 1 or index != 0:
+            raise ConfigError("an n > 1 HTTP request cannot abort one choice", hint="send n=1 requests")
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._deltas.aclose()
+
+    async def _iterate(self) -> AsyncGenerator[Delta, None]:
+        config, pool = self._backend.config, self._backend.pool
+        attempt, avoid = 0, None
+        while True:
+            await self._backend.check_health()
+            replica = pool.pick(self._request.affinity, avoid)
+            try:
+                # Outstanding from the pick on, so requests picked together see each other.
+                with pool.lease(replica):
+                    async with aclosing(self._attempt(replica)) as deltas:
+                        async for delta in deltas:
+                            self._num_seen += 1
+                            self._texts.append(delta.text)
+                            yield delta
+                return
+            except BackendError as exc:
+                if isinstance(exc, BackendConnectionError):
+                    pool.mark_down(replica)
+                delay = retry_delay(exc, attempt, config.backoff, config.max_backoff)
+                if attempt >= config.max_retries or delay is None or not self._can_resume(replica):
+                    raise
+            attempt, avoid = attempt + 1, replica
+            await anyio.sleep(delay)
+
+    def _can_resume(self, failed: Replica) -> bool:
+        """Whether another attempt can go on without repeating what the caller has seen."""
+        if not self._num_seen:
+            return True
+        if self._request.n != 1 or self.usage.completion_tokens >= self._request.params.max_tokens:
+            return False
+        if self._request.messages is None:
+            return True
+        # A chat reply goes on as a prefilled assistant message: only where a server continues one.
+        others = [r for r in self._backend.pool.replicas if r is not failed] or [failed]
+        return any(r.info is not None and r.info.kind in ("vllm", "sglang") for r in others)
+
+    def _current_request(self) -> GenerateRequest:
+        """The request itself, or after a cut-off its continuation from the text seen so far."""
+        request, text = self._request, "".join(self._texts)
+        if not self._num_seen:
+            return request
+        left = request.params.max_tokens - self.usage.completion_tokens
+        params = request.params.model_copy(update={"max_tokens": left})
+        if request.messages is None:
+            return request.model_copy(update={"prompt": (request.prompt or "") + text, "params": params})
+        messages = list(request.messages)
+        if request.continue_final:
+            last = messages.pop()
+            text = last.content + text
+        messages.append(ChatMessage(role="assistant", content=text))
+        update = {"messages": tuple(messages), "continue_final": True, "params": params}
+        return request.model_copy(update=update)
+
+    async def _attempt(self, replica: Replica) -> AsyncGenerator[Delta, None]:
+        info = await self._backend.server_info(replica)
+        request = self._current_request()
+        url, body, rid = self._prepare(replica, info, request)
+        base = self.usage.model_copy() if self._num_seen else None
+        parser = ChunkParser(
+            self._backend.endpoint_for(request), self.usage, num_choices=request.n, base=base
+        )
+        client = self._backend.client
+        with map_http_errors(url):
+            http_request = client.build_request("POST", url, json=body, headers=_SSE_HEADERS)
+            response = await client.send(http_request, stream=True)
+        try:
+            with map_http_errors(url), redacting(response.request):
+                await raise_for_status(response)
+                async with aclosing(EventSource(response).aiter_sse()) as events:
+                    async for event in events:
+                        if event.data == "[DONE]":
+                            parser.saw_done = True
+                            break
+                        for delta in parser.parse(event.data):
+                            yield delta
+            if not parser.is_done:
+                raise BackendConnectionError(f"{url}: the stream ended before the completion did")
+        finally:
+            await _close(response, self._backend, replica, None if parser.is_done else rid)
+
+    def _prepare(
+        self, replica: Replica, info: ServerInfo, request: GenerateRequest
+    ) -> tuple[str, dict[str, Any], str | None]:
+        """The URL, body and SGLang request id of one attempt; a fresh attempt's usage starts over."""
+        if request.n > 1 and not info.native_n:
+            hint = "send n=1 requests (see capabilities.native_n)"
+            raise ConfigError(f"{replica.url} does not accept n > 1", hint=hint)
+        endpoint = self._backend.endpoint_for(request)
+        rid = f"{request.request_id}-{uuid.uuid4().hex[:8]}" if info.kind == "sglang" else None
+        options = WireOptions(info.model, endpoint, info.kind, info.continuous_usage, rid)
+        body = {**build_body(request, options), **self._backend.config.extra_body}
+        if not self._num_seen:
+            self.usage.prompt_tokens, self.usage.completion_tokens, self.usage.source = 0, 0, "none"
+            self.usage.cached_prompt_tokens = None
+        url = f"{replica.url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
+        return url, body, rid
+
+
+async def _close(response: httpx.Response, backend: OpenAIBackend, replica: Replica, rid: str | None) -> None:
+    """Close the response even while being cancelled: closing it is what aborts the request."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+        await response.aclose()
+        if rid is not None:  # SGLang: also say so explicitly, by request id
+            # Best effort: the closed connection has already told the server.
+            with contextlib.suppress(httpx.HTTPError):
+                await backend.client.post(f"{replica.root}/abort_request", json={"rid": rid}, timeout=2.0)

