@@ -32,6 +32,7 @@ from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams,
 
 if TYPE_CHECKING:
     from paragen.fanout import Fanout
+    from paragen.shared import SharedWorkers
     from paragen.strategy import Strategy
 
 
@@ -190,6 +191,14 @@ class RunContext:
 
         requests = _expand(request, n)
         return Fanout(self, requests, label, list(parents), checkpoint, monitor, kind)
+
+    def shared_workers(
+        self, num_workers: int, *, names: Sequence[str] = (), **params: Any
+    ) -> AbstractAsyncContextManager[SharedWorkers]:
+        """Hogwild! workers over one shared KV cache (``capabilities.shared_cache``); see paragen.shared."""
+        from paragen.shared import open_shared_workers
+
+        return open_shared_workers(self, num_workers, names, params)
 
     async def cancel(self, reason: str) -> None:
         """Stop every sample of the run that is still running, recording ``reason``."""
