@@ -225,17 +225,8 @@ class SharedWorkers:
         now = ctx.now()
         worker.live.add(Delta(0, shown, 1, (token,), (sample.logprob,)), now)
         worker.has_sample, worker.last_sample = True, token
-        if shown and ctx.ledger.sink is not None:
-            trace = worker.live.trace
-            event = WorkerText(
-                problem_id=ctx.problem.id,
-                trace_id=trace.id,
-                worker=index,
-                name=worker.name,
-                text=shown,
-                t=now,
-            )
-            ctx.ledger.sink(event)
+        if shown:
+            emit_worker_text(ctx, worker.live.trace.id, index, worker.name, shown)
         if ctx.charge(1):
             await ctx.cancel("budget")
 
@@ -247,6 +238,16 @@ class SharedWorkers:
         """End traces still open (the session was cancelled or failed)."""
         for worker in self._workers:
             self._close(worker, error)
+
+
+def emit_worker_text(ctx: RunContext, trace_id: int, worker: int, name: str, text: str) -> None:
+    """Send a :class:`WorkerText` event (new text of one worker) to the run's listeners."""
+    sink = ctx.ledger.sink
+    if sink is not None:
+        event = WorkerText(
+            problem_id=ctx.problem.id, trace_id=trace_id, worker=worker, name=name, text=text, t=ctx.now()
+        )
+        sink(event)
 
 
 def _finish(reason: str) -> FinishReason:
@@ -288,4 +289,4 @@ async def open_shared_workers(
             workers.close_all()
 
 
-__all__ = ["IncrementalText", "SharedWorkers", "open_shared_workers"]
+__all__ = ["IncrementalText", "SharedWorkers", "emit_worker_text", "open_shared_workers"]
