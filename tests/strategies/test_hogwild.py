@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
 
 import anyio
 import pytest
+from rich.console import Console
 
 from paragen.backends.scripted import ScriptedBackend
 from paragen.backends.scripted_shared import (
@@ -17,6 +18,7 @@ from paragen.backends.scripted_shared import (
 from paragen.config import Budget
 from paragen.errors import ConfigError
 from paragen.events import WorkerText
+from paragen.live_view import WorkerColumns
 from paragen.orchestrator import Orchestrator
 from paragen.prompts import solve_messages
 from paragen.types import Problem, SamplingParams, StrategyResult
@@ -246,5 +248,30 @@ def test_bad_config_is_refused(config: dict[str, object]) -> None:
         Hogwild(**config)
 
 
-def _names(traces: Sequence[object]) -> list[str]:
-    return [getattr(t, "label", "") for t in traces]
+# -- the live view ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_live_view_shows_each_worker_in_its_own_column() -> None:
+    out = io.StringIO()
+    view = WorkerColumns(Console(file=out, width=120, height=30, force_terminal=False))
+    backend = _backend(script_responder([ALICE_ANSWERS, BOB_CHATS]))
+    with view:
+        await _run(backend, events=_Sink(view))
+    frame = out.getvalue()
+    assert "Alice" in frame and "Bob" in frame
+    header = next(line for line in frame.splitlines() if "Alice" in line and "Bob" in line)
+    assert header.index("Alice") < header.index("Bob")  # side by side, not one after the other
+    assert view.texts[0].endswith("\\boxed{5}.\n\n") and "I will check." in view.texts[1]
+
+
+class _Sink(list[object]):
+    """A list that forwards every event to the view as it is appended."""
+
+    def __init__(self, view: WorkerColumns) -> None:
+        super().__init__()
+        self.view = view
+
+    def append(self, event: object) -> None:
+        super().append(event)
+        self.view.on_event(event)
