@@ -88,7 +88,7 @@ class Hogwild(BaseStrategy[HogwildConfig]):
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         if not ctx.capabilities.shared_cache:
             raise ConfigError(
-                f"hogwild needs a backend with a shared KV cache; {ctx.backend.name!r} has none",
+                "hogwild needs a backend with a shared KV cache (capabilities.shared_cache)",
                 hint="use the engine backend, or -s hogwild_text (an approximation) on this one",
             )
         cfg = self.config

@@ -79,7 +79,7 @@ class HogwildText(BaseStrategy[HogwildTextConfig]):
         caps = ctx.capabilities
         if not (caps.chat and caps.continue_final) and not caps.raw_prompt:
             raise ConfigError(
-                f"hogwild_text needs continue_final or raw prompts; {ctx.backend.name!r} has neither"
+                "hogwild_text needs a backend that continues an assistant turn or takes raw prompts"
             )
         cfg = self.config
         board = _Board([_Writer(i, cfg.prompts.opener(i)) for i in range(cfg.workers)])
