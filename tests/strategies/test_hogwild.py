@@ -6,6 +6,7 @@ import io
 
 import anyio
 import pytest
+from pydantic import TypeAdapter
 from rich.console import Console
 
 from paragen.backends.scripted import ScriptedBackend
@@ -17,7 +18,7 @@ from paragen.backends.scripted_shared import (
 )
 from paragen.config import Budget
 from paragen.errors import ConfigError
-from paragen.events import WorkerText
+from paragen.events import Event, WorkerText
 from paragen.live_view import WorkerColumns
 from paragen.orchestrator import Orchestrator
 from paragen.prompts import solve_messages
@@ -275,3 +276,8 @@ class _Sink(list[object]):
     def append(self, event: object) -> None:
         super().append(event)
         self.view.on_event(event)
+
+
+def test_worker_text_events_read_back_from_json() -> None:
+    event = WorkerText(problem_id="p", trace_id=3, worker=1, name="Bob", text=" two", t=0.5)
+    assert TypeAdapter(Event).validate_json(event.model_dump_json()) == event
