@@ -38,7 +38,7 @@ class HogwildPrompts(BaseModel):
         "- Share the work: agree on a plan, take different parts or different methods, and check each "
         "other's results.\n"
         "- Keep each step short and end it with a blank line.\n"
-        "- When the team is sure, any one of you may write the final answer as \\boxed{{answer}}.\n\n"
+        "- When the team is sure, any one of you may write the final answer inside \\boxed{{ }}.\n\n"
         "# The problem\n\n"
         "{names}: solve the problem below together. Keep track of who does what, and do not do the "
         "same work twice."
