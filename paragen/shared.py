@@ -179,6 +179,7 @@ class SharedWorkers:
         ctx = self._ctx
         parents = [w.live.trace.id for w in self._workers]
         live = LiveSample(ctx.new_trace(label, "sample", parents))
+        live.trace.count_source = "token_ids"
         text = IncrementalText(self._session.detokenize)
         inputs, finish = list(token_ids), "length"
         live.trace.prompt_tokens = len(inputs)
@@ -211,6 +212,7 @@ class SharedWorkers:
         ctx = self._ctx
         trace = ctx.new_trace(name, "sample", [])
         trace.meta.update({"worker": index, "name": name})
+        trace.count_source = "token_ids"
         live = LiveSample(trace)
         live.scope = scope  # ctx.cancel(...) cancels the session: one scope for all workers
         ctx.ledger.live[trace.id] = live

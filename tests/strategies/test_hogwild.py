@@ -95,6 +95,7 @@ async def test_a_finished_step_with_a_boxed_answer_ends_the_run() -> None:
     assert result.usage.sequential_tokens == passes
     assert result.usage.total_tokens == 2 * passes
     assert result.metrics["finisher"] == 0.0 and alice.answer == "5"
+    assert result.usage.count_sources == ["token_ids"]
 
 
 @pytest.mark.anyio
