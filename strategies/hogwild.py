@@ -35,7 +35,7 @@ from paragen.prompts import solve_messages
 from paragen.shared import SharedWorkers
 from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import Problem, StrategyResult
-from strategies.hogwild_prompts import NAMES, HogwildPrompts, ends_step
+from strategies.hogwild_prompts import NAMES, HogwildPrompts, ends_step, finisher_answer
 
 Layout = Literal["contiguous", "interleaved", "combined"]
 
@@ -259,8 +259,9 @@ class _Team:
             max_tokens=self.cfg.finisher_tokens,
             done=lambda text: last_boxed(opening + text) is not None,
         )
+        transcript = self.transcript()  # before the finisher's text joins it
         self.finisher_text = trace.text
-        trace.answer = last_boxed(opening + trace.text) or extract_answer(trace.text, "last_number")
+        trace.answer = finisher_answer(opening, trace.text, transcript)
         self.answer = trace.answer
 
     # -- the result ------------------------------------------------------------------------------

@@ -8,7 +8,11 @@ finisher that asks for the boxed answer when time is up.
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict
+
+from paragen.answers import extract_answer, last_boxed
 
 NAMES = ("Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi")
 
@@ -17,6 +21,7 @@ NAMES = ("Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi")
 # not cut the step.
 SENTENCE_ENDS = (".", "?", "!", "…", "。", "‽", "؟", "।", "۔")
 STEP_SEPARATOR = "\n\n"
+_STEP_HEADER = re.compile(r"\*\*\w+ \[\d+\]:\*\*")  # "**Alice [3]:**", whose number is no answer
 
 
 class HogwildPrompts(BaseModel):
@@ -38,7 +43,7 @@ class HogwildPrompts(BaseModel):
         "- Share the work: agree on a plan, take different parts or different methods, and check each "
         "other's results.\n"
         "- Keep each step short and end it with a blank line.\n"
-        "- When the team is sure, any one of you may write the final answer inside \\boxed{{ }}.\n\n"
+        "- When the team is sure, any one of you may give the final answer, boxed with \\boxed.\n\n"
         "# The problem\n\n"
         "{names}: solve the problem below together. Keep track of who does what, and do not do the "
         "same work twice."
@@ -86,4 +91,14 @@ def ends_step(text: str, new_chars: int) -> int | None:
     return sep
 
 
-__all__ = ["NAMES", "SENTENCE_ENDS", "HogwildPrompts", "ends_step"]
+def finisher_answer(opening: str, finisher_text: str, transcript: str) -> str | None:
+    """The finisher's boxed answer; else the last number it wrote; else the team's text's answer.
+
+    A small model may close the box empty or drift off (copying layout headers); the fallback reads
+    the transcript the way ``single`` reads its sample, step headers removed.
+    """
+    found = last_boxed(opening + finisher_text) or extract_answer(finisher_text, "last_number")
+    return found if found is not None else extract_answer(_STEP_HEADER.sub("", transcript))
+
+
+__all__ = ["NAMES", "SENTENCE_ENDS", "HogwildPrompts", "ends_step", "finisher_answer"]

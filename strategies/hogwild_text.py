@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field
 
-from paragen.answers import extract_answer, last_boxed
+from paragen.answers import last_boxed
 from paragen.context import RunContext
 from paragen.errors import ConfigError
 from paragen.live import LiveSample
@@ -30,7 +30,7 @@ from paragen.shared import emit_worker_text
 from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
 from strategies.hogwild import Layout
-from strategies.hogwild_prompts import NAMES, STEP_SEPARATOR, HogwildPrompts, ends_step
+from strategies.hogwild_prompts import NAMES, STEP_SEPARATOR, HogwildPrompts, ends_step, finisher_answer
 
 
 class HogwildTextConfig(StrategyConfig):
@@ -170,9 +170,8 @@ class HogwildText(BaseStrategy[HogwildTextConfig]):
         request = _view_request(problem, ctx, cfg, board, last, cfg.prompts.finisher, params)
         parents = [w.last_trace for w in board.writers if w.last_trace >= 0]
         trace = await ctx.sample(request, label="finisher", parents=parents)
-        trace.answer = last_boxed(cfg.prompts.finisher + trace.text) or extract_answer(
-            trace.text, "last_number"
-        )
+        transcript = _flatten(board, cfg.prompts, None)
+        trace.answer = finisher_answer(cfg.prompts.finisher, trace.text, transcript)
         board.answer = trace.answer
         return trace
 

@@ -282,3 +282,16 @@ class _Sink(list[object]):
 def test_worker_text_events_read_back_from_json() -> None:
     event = WorkerText(problem_id="p", trace_id=3, worker=1, name="Bob", text=" two", t=0.5)
     assert TypeAdapter(Event).validate_json(event.model_dump_json()) == event
+
+
+@pytest.mark.anyio
+async def test_an_empty_finisher_box_falls_back_to_the_teams_text() -> None:
+    # SmolLM2 closed the finisher's box empty ("\boxed{ }") on 7 of 10 GSM8K problems: no answer at all.
+    backend = _backend(script_responder(["So 12 apples in all. " * 9, "b " * 50]), finisher=" }. more")
+    result = await _run(backend, max_forward_passes=10)
+    assert result.answer == "12"
+    assert "[1]" in result.traces[0].text  # the step header's number is not taken for the answer
+
+
+def test_the_system_prompt_shows_no_box_a_small_model_could_copy() -> None:
+    assert "\\boxed{" not in HogwildPrompts().system_text(2)
