@@ -6,7 +6,7 @@ one better answer, sooner or cheaper than one long sample.
 
 from paragen.answers import NO_ANSWER, equivalent, extract_answer, majority_vote
 from paragen.api import asolve, solve
-from paragen.backends.base import Backend, Capabilities, CompletionStream, generate
+from paragen.backends.base import Backend, Capabilities, CompletionStream, SharedRow, SharedSample, generate
 from paragen.children import ChildTasks
 from paragen.config import Budget
 from paragen.context import RunContext
@@ -20,6 +20,7 @@ from paragen.errors import (
 from paragen.fanout import Fanout
 from paragen.live import LiveSample, Monitor
 from paragen.orchestrator import Orchestrator
+from paragen.shared import SharedWorkers
 from paragen.strategy import BaseStrategy, Strategy, StrategyConfig, build_strategy
 from paragen.types import (
     ChatMessage,
@@ -61,6 +62,9 @@ __all__ = [
     "RunContext",
     "RunUsage",
     "SamplingParams",
+    "SharedRow",
+    "SharedSample",
+    "SharedWorkers",
     "Strategy",
     "StrategyConfig",
     "StrategyResult",

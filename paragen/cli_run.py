@@ -15,6 +15,7 @@ from rich.table import Table
 from paragen.backends.base import Backend
 from paragen.config import Budget
 from paragen.errors import BackendError, ConfigError
+from paragen.live_view import WorkerColumns
 from paragen.orchestrator import Orchestrator
 from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
@@ -34,11 +35,13 @@ def execute_run(
 
     async def go() -> StrategyResult:
         try:
-            return await Orchestrator(backend, defaults=sampling, budget=budget).run(strategy, problem)
+            orchestrator = Orchestrator(backend, defaults=sampling, budget=budget, on_event=view.on_event)
+            return await orchestrator.run(strategy, problem)
         finally:
             await backend.aclose()
 
-    result = anyio.run(go)
+    with WorkerColumns(Console(file=sys.stdout), enabled=not as_json) as view:  # Hogwild!'s workers live
+        result = anyio.run(go)
     _fail_if_nothing_ran(result)
     if as_json:
         print(result.model_dump_json(indent=2))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from paragen.accounting import summarize
 from paragen.backends.base import Backend, Capabilities
@@ -37,6 +37,9 @@ from paragen.fanout import Fanout, ToolSpan
 from paragen.ledger import Account, BudgetView, Clock, Ledger
 from paragen.live import Monitor
 from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
+
+if TYPE_CHECKING:
+    from paragen.shared import SharedWorkers
 
 
 class Runnable(Protocol):
@@ -155,6 +158,20 @@ class RunContext:
         block waits for them all. The task group is the core's: strategies never make their own.
         """
         return ChildTasks()
+
+    def shared_workers(
+        self, num_workers: int, *, names: Sequence[str] = (), **params: Any
+    ) -> AbstractAsyncContextManager[SharedWorkers]:
+        """Hogwild! workers over one shared KV cache (``capabilities.shared_cache``); see paragen.shared."""
+        from paragen.shared import open_shared_workers
+
+        return open_shared_workers(self._account, self.defaults, num_workers, names, params)
+
+    def emit_worker_text(self, trace_id: int, worker: int, name: str, text: str) -> None:
+        """Send new text of one of several cooperating workers (a WorkerText event) to the listeners."""
+        from paragen.shared import emit_worker_text
+
+        emit_worker_text(self._account, trace_id, worker, name, text)
 
     async def cancel(self, reason: str) -> None:
         """Stop every sample of the run that is still running, recording ``reason``."""

@@ -38,10 +38,27 @@ class Note(Model):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class WorkerText(Model):
+    """New text of one worker that writes alongside others (Hogwild!), as it is written.
+
+    ``text`` continues what the worker's earlier events said: a live view or a server appends it to
+    the worker's column. It holds what the worker generated and text the strategy wrote into its turn
+    (step headers, nudges), in the order the worker's cache holds them.
+    """
+
+    type: Literal["worker_text"] = "worker_text"
+    problem_id: str
+    trace_id: int
+    worker: int
+    name: str
+    text: str
+    t: float
+
+
 class RunEnded(Model):
     type: Literal["run_ended"] = "run_ended"
     result: StrategyResult
 
 
-Event = Annotated[SampleStarted | SampleEnded | Note | RunEnded, Field(discriminator="type")]
-EventSink = Callable[[SampleStarted | SampleEnded | Note | RunEnded], None]
+Event = Annotated[SampleStarted | SampleEnded | Note | WorkerText | RunEnded, Field(discriminator="type")]
+EventSink = Callable[[SampleStarted | SampleEnded | Note | WorkerText | RunEnded], None]

@@ -24,13 +24,14 @@ Configuration mistakes it finds (a base URL without ``/v1``) are raised there, o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from paragen.types import Completion, Delta, GenerateRequest, Usage
+from paragen.types import Completion, Delta, GenerateRequest, SamplingParams, Usage
 
 
 class Capabilities(BaseModel):
@@ -86,6 +87,71 @@ async def open_backend(backend: Backend) -> None:
     opener = getattr(backend, "open", None)
     if opener is not None:
         await opener()
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRow:
+    """One worker's input to a shared-cache forward pass (see docs/hogwild.md)."""
+
+    worker: int  # which worker's sampler stream (seed = params.seed + worker)
+    view: Sequence[int]  # segment ids, in order; the input tokens are appended to view[-1]
+    # >= 1 input tokens written into view[-1]; every row writes (layer by layer) before any row reads,
+    # so peers see each other's new tokens in the same forward pass.
+    token_ids: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedSample:
+    """The next token sampled from a row's last position."""
+
+    token_id: int
+    logprob: float
+
+
+@runtime_checkable
+class SharedCacheSession(Protocol):
+    """Hogwild!-style workers over one KV cache of segments (``Capabilities.shared_cache``).
+
+    A segment is a run of tokens whose keys are stored rotated at segment-local positions; a view is an
+    ordered list of segments, each placed at the summed length of those before it. Rows of one forward
+    must write to distinct segments.
+    """
+
+    eos_token_ids: frozenset[int]
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text``, no special tokens added."""
+        ...
+
+    def detokenize(self, token_ids: Sequence[int]) -> str: ...
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+        """The model's chat template rendered with a generation prompt, as text."""
+        ...
+
+    def segment_length(self, segment: int) -> int: ...
+
+    async def new_segment(self) -> int: ...
+
+    async def forward(
+        self, rows: Sequence[SharedRow], *, suppress_token_ids: Sequence[int] = (), greedy: bool = False
+    ) -> list[SharedSample]:
+        """One forward pass over all rows; one sample per row, in row order."""
+        ...
+
+    async def free_segment(self, segment: int) -> None: ...
+
+
+@runtime_checkable
+class SharedCacheBackend(Protocol):
+    """A backend with ``capabilities.shared_cache``: opens shared-cache sessions.
+
+    Leaving the context (normally, by error or by cancellation) frees every segment's blocks.
+    """
+
+    def shared_session(
+        self, params: SamplingParams, *, num_workers: int
+    ) -> AbstractAsyncContextManager[SharedCacheSession]: ...
 
 
 def estimate_tokens(text: str) -> int:

@@ -6,20 +6,22 @@ torch is imported only when a backend is built (``from_spec``), so listing backe
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from paragen.backends.base import Capabilities
+from paragen.backends.base import Capabilities, SharedRow, SharedSample
 from paragen.errors import ConfigError, EngineError
-from paragen.types import Delta, GenerateRequest, Usage
+from paragen.types import Delta, GenerateRequest, SamplingParams, Usage
 
 if TYPE_CHECKING:
     from paragen.engine.async_engine import AsyncEngine, Request
+    from paragen.engine.hogwild import SharedCache
     from paragen.engine.llm_engine import LLMEngine, StepOutput
 
 
@@ -43,6 +45,7 @@ CAPABILITIES = Capabilities(
     logprobs=True,
     top_logprobs=20,
     prompt_cache_reporting=True,
+    shared_cache=True,
     raw_prompt=True,
     chat=True,
     continue_final=True,
@@ -104,6 +107,22 @@ class EngineBackend:
             yield stream
         finally:
             await stream.close()
+
+    @asynccontextmanager
+    async def shared_session(
+        self, params: SamplingParams, *, num_workers: int
+    ) -> AsyncIterator[EngineSharedSession]:
+        """Hogwild! workers over one KV cache; leaving (however) frees every segment's blocks."""
+        from paragen.engine.hogwild import SharedCache
+
+        cache = SharedCache(self.engine, params, num_workers)
+        session = EngineSharedSession(self.runtime, cache, self.engine.tokenizer)
+        try:
+            yield session
+        finally:
+            # Queued behind any forward still running for a cancelled caller, so nothing frees
+            # blocks that a pass is writing; shielded, so a cancelled caller still waits for it.
+            await self.runtime.call_shielded(cache.close)
 
     async def count_tokens(self, text: str) -> tuple[int, str]:
         # In a worker thread: a long text must not hold the event loop, and the await is where a
@@ -185,3 +204,42 @@ class EngineStream:
         self.handle.close()
         if open_ids:
             await self.runtime.abort_and_wait(open_ids)
+
+
+class EngineSharedSession:
+    """The engine's ``SharedCacheSession``: every call that touches the cache runs on the step thread."""
+
+    def __init__(self, runtime: AsyncEngine, cache: SharedCache, tokenizer: Any):
+        self.runtime = runtime
+        self.cache = cache
+        self.tokenizer = tokenizer
+        self.eos_token_ids = frozenset(cache.engine.eos_ids)
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        text: str = self.tokenizer.decode(list(token_ids))
+        return text
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+        text: str = self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True
+        )
+        return text
+
+    def segment_length(self, segment: int) -> int:
+        return self.cache.length(segment)
+
+    async def new_segment(self) -> int:
+        return await self.runtime.call(self.cache.new_segment)
+
+    async def forward(
+        self, rows: Sequence[SharedRow], *, suppress_token_ids: Sequence[int] = (), greedy: bool = False
+    ) -> list[SharedSample]:
+        return await self.runtime.call(
+            partial(self.cache.forward, list(rows), tuple(suppress_token_ids), greedy)
+        )
+
+    async def free_segment(self, segment: int) -> None:
+        await self.runtime.call(partial(self.cache.free_segment, segment))

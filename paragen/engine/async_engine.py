@@ -4,7 +4,9 @@ Only the step thread touches the engine's state. The event loop hands it new req
 and aborts through a locked inbox, and gets each step's outputs back through one
 ``anyio.from_thread.run_sync`` call per event loop, which puts them into per-request
 memory object streams. An abort is applied at the next step boundary; the caller can
-wait for it (the cache is free once the returned event is set).
+wait for it (the cache is free once the returned event is set). ``call`` runs a function on
+the step thread between steps (shared-cache sessions run their forward passes this way), so
+those passes are serialized with ordinary requests' steps.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import contextlib
 import math
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -26,7 +30,9 @@ from paragen.engine.sequence import Sequence
 from paragen.errors import EngineError
 
 Item = list[StepOutput] | BaseException
+T = TypeVar("T")
 ABORT_WAIT_S = 10.0  # an abort lands at the next step boundary; a step never takes this long
+CLEANUP_WAIT_S = 60.0  # a cleanup call may queue behind a shared session's long prompt prefill
 
 
 @dataclass(slots=True)
@@ -53,9 +59,21 @@ class Request:
 
 
 @dataclass(slots=True)
+class _Call:
+    """A function to run on the step thread, and where its outcome goes."""
+
+    fn: Callable[[], Any]
+    done: anyio.Event
+    token: anyio.lowlevel.EventLoopToken
+    result: Any = None
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
 class _Inbox:
     adds: list[tuple[list[Sequence], Sink]] = field(default_factory=list)
     aborts: list[tuple[list[int], threading.Event]] = field(default_factory=list)
+    calls: list[_Call] = field(default_factory=list)
 
 
 class AsyncEngine:
@@ -98,6 +116,30 @@ class AsyncEngine:
         with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_WAIT_S):
             await anyio.to_thread.run_sync(done.wait)
 
+    async def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the step thread between two steps and return its result (or raise its error).
+
+        Cancelling the caller does not stop ``fn`` once the step thread has taken it; anything that
+        must happen after it (freeing a session's blocks) is queued behind it as another call.
+        """
+        if self._is_closed:
+            raise EngineError("the engine is closed")
+        job = _Call(fn, anyio.Event(), anyio.lowlevel.current_token())
+        with self._cond:
+            self._inbox.calls.append(job)
+            self._cond.notify()
+        self._ensure_thread()
+        await job.done.wait()
+        if job.error is not None:
+            raise job.error
+        result: T = job.result
+        return result
+
+    async def call_shielded(self, fn: Callable[[], object]) -> None:
+        """``call`` that a cancelled caller still waits for (cleanup), up to CLEANUP_WAIT_S."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_WAIT_S):
+            await self.call(fn)
+
     def _ensure_thread(self) -> None:
         with self._cond:
             if self._thread is None:
@@ -127,9 +169,14 @@ class AsyncEngine:
             if not self.engine.is_idle:
                 self._step()
         self._fail_all(EngineError("the engine was closed"))
+        with self._cond:
+            calls, self._inbox.calls = self._inbox.calls, []
+        for job in calls:
+            job.error = EngineError("the engine was closed")
+            self._finish_call(job)
 
     def _has_mail(self) -> bool:
-        return bool(self._inbox.adds or self._inbox.aborts)
+        return bool(self._inbox.adds or self._inbox.aborts or self._inbox.calls)
 
     def _apply(self, inbox: _Inbox) -> None:
         for seqs, sink in inbox.adds:
@@ -140,6 +187,20 @@ class AsyncEngine:
                 self.engine.abort(seq_id)
                 self._sinks.pop(seq_id, None)
             done.set()
+        for job in inbox.calls:
+            try:
+                job.result = job.fn()
+            except EngineError as exc:
+                job.error = exc
+            except Exception as exc:  # the caller gets it as an EngineError; the step thread goes on
+                job.error = EngineError(f"engine call failed: {exc!r}")
+                job.error.__cause__ = exc
+            self._finish_call(job)
+
+    @staticmethod
+    def _finish_call(job: _Call) -> None:
+        with contextlib.suppress(Exception):  # the caller's event loop is gone: nobody waits
+            anyio.from_thread.run_sync(job.done.set, token=job.token)
 
     def _step(self) -> None:
         try:

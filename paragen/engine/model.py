@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from paragen.engine.attention import Attend, AttnMeta, decode_attention, prefill_attention, rope_
 from paragen.engine.loader import ModelConfig
+from paragen.errors import ConfigError
 
 
 @dataclass(slots=True)
@@ -38,7 +39,11 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind == "llama3":
         return _llama3_scale(inv, scaling).float()
-    assert kind == "default", f"unsupported rope_type {kind!r}"
+    if kind == "dynamic":
+        # Its frequencies depend on the sequence length, so a block's keys cannot be shifted by a rotation.
+        raise ConfigError("dynamic NTK RoPE scaling is not supported (its frequencies change with length)")
+    if kind != "default":
+        raise ConfigError(f"unsupported rope_type {kind!r}", hint="supported: default, llama3")
     return inv.float()
 
 
@@ -127,11 +132,19 @@ class Model:
         pos: torch.Tensor,
         meta: AttnMeta,
         kv_cache: torch.Tensor,
+        shared: Attend | None = None,
     ) -> torch.Tensor:
-        """Hidden states [T, hidden] after the final norm; writes this step's K/V into the cache."""
+        """Hidden states [T, hidden] after the final norm; writes this step's K/V into the cache.
+
+        ``shared`` is a shared-cache attention (``shared_attention.py``): it rotates the queries
+        itself, per segment of each view, so here only the keys are rotated (at ``pos``).
+        """
         x = F.embedding(ids, self.embed)
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
-        if meta.is_prefill:
+        rope_from = 0
+        if shared is not None:
+            attend, rope_from = shared, self.num_heads
+        elif meta.is_prefill:
             attend = prefill_attention(self.num_heads, self.attn_scale)
         else:
             attend = decode_attention(
@@ -143,7 +156,7 @@ class Model:
                 dtype=self.dtype,
             )
         for layer, layer_kv in zip(self.layers, kv_cache, strict=True):
-            x = self._block(x, layer, cos, sin, meta.slots, layer_kv, attend)
+            x = self._block(x, layer, cos, sin, meta.slots, layer_kv, attend, rope_from)
         return self.rms_norm(x, self.norm)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -161,11 +174,12 @@ class Model:
         slots: torch.Tensor,
         kv: torch.Tensor,
         attend: Attend,
+        rope_from: int,
     ) -> torch.Tensor:
         linear, nq = self.linear, self.num_heads
         h = self.rms_norm(x, layer.in_norm)
         qkv = linear(h, layer.qkv, layer.qkv_bias).view(x.shape[0], -1, self.head_dim)
-        rope_(qkv[:, : nq + kv.shape[0] // 2], cos, sin)
+        rope_(qkv[:, rope_from : nq + kv.shape[0] // 2], cos, sin)
         # [T, 2 * kv_heads, D] -> the cache's [2 * kv_heads, slots, D]: K and V in one write.
         kv.index_copy_(1, slots, qkv[:, nq:].transpose(0, 1))
         x = x + linear(attend(qkv, kv), layer.o, None)

@@ -1,0 +1,104 @@
+"""Prompts and step rules shared by ``hogwild`` and ``hogwild_text``: pure data and functions.
+
+The wording is paragen's own, written after the method of Rodionov et al. (2025): a system
+prompt that tells the workers they write at the same time and can read each other, step headers
+"**Alice [3]:**", a periodic question asking a worker whether it repeats someone's work, and a
+finisher that asks for the boxed answer when time is up.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict
+
+from paragen.answers import extract_answer, last_boxed
+
+NAMES = ("Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi")
+
+# A step ends at a blank line that follows the end of a sentence (the method's rule), except inside
+# a code block. Colons, commas and semicolons do not end sentences, so a list that follows them does
+# not cut the step.
+SENTENCE_ENDS = (".", "?", "!", "…", "。", "‽", "؟", "।", "۔")
+STEP_SEPARATOR = "\n\n"
+_STEP_HEADER = re.compile(r"\*\*\w+ \[\d+\]:\*\*")  # "**Alice [3]:**", whose number is no answer
+
+
+class HogwildPrompts(BaseModel):
+    """Every text the strategy writes into the workers' cache (all configurable)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system: str = (
+        "# Working as a team\n\n"
+        "You are one of {count} assistants ({names}) solving one problem together. You all write at "
+        "the same time, and every one of you can read what the others are writing while they write it.\n\n"
+        "- Your writing is cut into numbered steps such as **{first} [3]:**. Finished steps of the whole "
+        'team are shown under "### Past steps". The steps the others are still writing are shown under '
+        '"### Work in progress (others)", cut off where they are now, and your own under '
+        '"### Work in progress (own)".\n'
+        "- Do not do work that someone else has already done or is doing. If you notice that you are "
+        'repeating another assistant, say so (for example: "{second} is already computing this, so I '
+        'will check it instead.") and switch to something else at once.\n'
+        "- Share the work: agree on a plan, take different parts or different methods, and check each "
+        "other's results.\n"
+        "- Keep each step short and end it with a blank line.\n"
+        "- When the team is sure, any one of you may give the final answer, boxed with \\boxed.\n\n"
+        "# The problem\n\n"
+        "{names}: solve the problem below together. Keep track of who does what, and do not do the "
+        "same work twice."
+    )
+    past_header: str = "### Past steps"
+    others_header: str = "\n\n### Work in progress (others)"
+    own_header: str = "\n\n### Work in progress (own)"
+    cut_marker: str = " <...>"
+    step_header: str = "**{name} [{step}]:** "  # after the token that ended the previous step
+    first_opener: str = "Hi, I'm {name}. Here is how we could split the work:"
+    other_opener: str = "Hi, I'm {name}."
+    nudge: str = "Is another assistant already doing what I am about to do? (yes/no): "
+    finisher: str = (
+        "\n\nTime is up, so I must answer now. Putting together everything the team has found, "
+        "the final answer is \\boxed{"
+    )
+
+    def system_text(self, count: int) -> str:
+        names = list(NAMES[:count])
+        listed = ", ".join(names[:-1]) + f" and {names[-1]}" if count > 1 else names[0]
+        second = names[1] if count > 1 else names[0]
+        return self.system.format(count=count, names=listed, first=names[0], second=second)
+
+    def opener(self, worker: int) -> str:
+        name = NAMES[worker]
+        opener = self.first_opener if worker == 0 else self.other_opener
+        return STEP_SEPARATOR + self.step_header.format(name=name, step=1) + opener.format(name=name)
+
+    def header(self, worker: int, step: int, *, nudge: bool) -> str:
+        return self.step_header.format(name=NAMES[worker], step=step) + (self.nudge if nudge else "")
+
+
+def ends_step(text: str, new_chars: int) -> int | None:
+    """Where the step ends if the last ``new_chars`` characters of ``text`` completed a step boundary.
+
+    Returns the index of the separator (the step's text is ``text[:index]``), or None. A boundary is
+    a blank line, completed by the newest text, after a sentence end, outside any code block.
+    """
+    sep = text.rfind(STEP_SEPARATOR)
+    if sep < 0 or sep + len(STEP_SEPARATOR) <= len(text) - new_chars:
+        return None
+    before = text[:sep].rstrip()
+    if not before.endswith(SENTENCE_ENDS) or before.count("```") % 2 == 1:
+        return None
+    return sep
+
+
+def finisher_answer(opening: str, finisher_text: str, transcript: str) -> str | None:
+    """The finisher's boxed answer; else the last number it wrote; else the team's text's answer.
+
+    A small model may close the box empty or drift off (copying layout headers); the fallback reads
+    the transcript the way ``single`` reads its sample, step headers removed.
+    """
+    found = last_boxed(opening + finisher_text) or extract_answer(finisher_text, "last_number")
+    return found if found is not None else extract_answer(_STEP_HEADER.sub("", transcript))
+
+
+__all__ = ["NAMES", "SENTENCE_ENDS", "HogwildPrompts", "ends_step", "finisher_answer"]

@@ -1,0 +1,114 @@
+"""Hogwild! on the real engine: a tiny random-init Llama (llama3 RoPE scaling) and SmolLM2."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from paragen.backends.engine import EngineBackend  # noqa: E402
+from paragen.config import Budget  # noqa: E402
+from paragen.engine import loader  # noqa: E402
+from paragen.orchestrator import Orchestrator  # noqa: E402
+from paragen.strategy import Strategy  # noqa: E402
+from paragen.types import Problem, SamplingParams, StrategyResult  # noqa: E402
+from strategies.hogwild import Hogwild  # noqa: E402
+from strategies.single import Single  # noqa: E402
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+QUESTION = Problem(id="q", question="Tom has 3 apples and buys 4 more. How many apples does he have?")
+NUM_BLOCKS = 1024
+
+
+def _engine_fixtures() -> ModuleType:
+    """The engine tests' model builders (tests/engine/conftest.py), reused rather than copied."""
+    path = Path(__file__).parents[1] / "engine" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("engine_fixtures", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def smol_path() -> Path:
+    try:
+        loader.default_model_path()
+    except Exception as exc:
+        pytest.skip(f"default model not installed: {exc}")
+    return Path(loader.resolve(None))
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory: pytest.TempPathFactory, smol_path: Path) -> Path:
+    return Path(_engine_fixtures()._tiny(tmp_path_factory.mktemp("hogwild"), smol_path, "llama"))
+
+
+@pytest.fixture
+async def tiny(tiny_path: Path) -> AsyncIterator[EngineBackend]:
+    backend = EngineBackend.from_spec(str(tiny_path), dtype="float32", num_blocks=NUM_BLOCKS, block_size=4)
+    yield backend
+    await backend.aclose()
+
+
+@pytest.fixture
+async def smol(smol_path: Path) -> AsyncIterator[EngineBackend]:
+    backend = EngineBackend.from_spec(str(smol_path), num_blocks=NUM_BLOCKS, block_size=16)
+    yield backend
+    await backend.aclose()
+
+
+async def _run(
+    backend: EngineBackend, strategy: Strategy, *, max_tokens: int, budget: Budget | None = None
+) -> StrategyResult:
+    defaults = SamplingParams(max_tokens=max_tokens, temperature=0.0, seed=0)
+    return await Orchestrator(backend, defaults=defaults, budget=budget).run(strategy, QUESTION)
+
+
+async def _assert_one_worker_is_plain_greedy(backend: EngineBackend, max_tokens: int) -> None:
+    plain = await _run(backend, Single(), max_tokens=max_tokens)
+    hogwild = await _run(backend, Hogwild(workers=1, stop_at_answer=False), max_tokens=max_tokens)
+    (single_trace,) = plain.traces
+    worker = hogwild.traces[0]
+    assert worker.text == single_trace.text
+    assert worker.completion_tokens == single_trace.completion_tokens
+    assert worker.prompt_tokens == single_trace.prompt_tokens
+    assert backend.engine.num_free_blocks == NUM_BLOCKS
+
+
+async def test_one_worker_equals_plain_greedy_decoding_on_a_tiny_model(tiny: EngineBackend) -> None:
+    await _assert_one_worker_is_plain_greedy(tiny, 40)
+
+
+async def test_one_worker_equals_plain_greedy_decoding_on_smollm2(smol: EngineBackend) -> None:
+    await _assert_one_worker_is_plain_greedy(smol, 48)
+
+
+async def test_two_workers_account_passes_and_free_every_block(tiny: EngineBackend) -> None:
+    result = await _run(tiny, Hogwild(workers=2, max_forward_passes=12), max_tokens=64)
+    alice, bob, *finisher = result.traces
+    assert alice.completion_tokens == bob.completion_tokens == result.metrics["forward_passes"] == 12
+    extra = sum(t.completion_tokens for t in finisher)
+    assert result.usage.total_tokens == 24 + extra
+    assert result.usage.sequential_tokens == 12 + extra
+    assert alice.text.startswith("\n\n**Alice [1]:** Hi, I'm Alice.")
+    assert tiny.engine.num_free_blocks == NUM_BLOCKS
+
+
+async def test_a_cancelled_run_frees_every_block(tiny: EngineBackend) -> None:
+    result = await _run(tiny, Hogwild(workers=3), max_tokens=4000, budget=Budget(deadline_s=1.0))
+    assert result.stop_reason == "deadline"
+    assert all(t.status == "cancelled" and t.completion_tokens > 0 for t in result.traces)
+    assert tiny.engine.num_free_blocks == NUM_BLOCKS
+
+
+async def test_the_total_budget_stops_the_workers(tiny: EngineBackend) -> None:
+    result = await _run(tiny, Hogwild(workers=2), max_tokens=64, budget=Budget(max_total_tokens=10))
+    assert result.stop_reason == "budget" and result.usage.total_tokens == 10
+    assert tiny.engine.num_free_blocks == NUM_BLOCKS
