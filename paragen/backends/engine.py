@@ -228,7 +228,9 @@ class EngineSharedSession:
     async def forward(
         self, rows: Sequence[SharedRow], *, suppress_token_ids: Sequence[int] = (), greedy: bool = False
     ) -> list[SharedSample]:
-        return await self.runtime.call(partial(self.cache.forward, list(rows), tuple(suppress_token_ids), greedy))
+        return await self.runtime.call(
+            partial(self.cache.forward, list(rows), tuple(suppress_token_ids), greedy)
+        )
 
     async def free_segment(self, segment: int) -> None:
         await self.runtime.call(partial(self.cache.free_segment, segment))

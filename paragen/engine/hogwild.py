@@ -169,9 +169,7 @@ class SharedCache:
         for i in order:
             row = rows[i]
             lengths = [new_lengths.get(s, self.segments[s].length) for s in row.view]
-            tables = [
-                self.segments[s].blocks[: -(-n // bs)] for s, n in zip(row.view, lengths, strict=True)
-            ]
+            tables = [self.segments[s].blocks[: -(-n // bs)] for s, n in zip(row.view, lengths, strict=True)]
             plans.append(RowPlan(tables, lengths, len(row.token_ids)))
         model, cache = self.engine.model, self.engine.cache
         tables = (model.cos, model.sin)

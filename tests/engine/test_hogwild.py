@@ -41,7 +41,7 @@ class Reference:
 
     @torch.no_grad()
     def rerotated(self, cache: SharedCache, view: list[int], ids: list[int]) -> torch.Tensor:
-        """Logits after ``ids`` with the view's stored keys rotated by their offsets (the key-rotation form)."""
+        """Logits after ``ids``, the view's stored keys rotated by their offsets (key-rotation form)."""
         kv, nkv = cache.engine.cache.kv, cache.engine.cfg.num_kv_heads
         past = transformers.DynamicCache()
         parts = []
@@ -78,7 +78,7 @@ def check_views(model_dir: Path, atol: float) -> None:
     ref, ids = Reference(model_dir), tokens(engine)
     cache = SharedCache(engine, GREEDY, num_workers=4)
     seg = {name: cache.new_segment() for name in "PXYABCD"}
-    P, X, Y, A, B, C, D = (seg[k] for k in "PXYABCD")  # noqa: N806
+    P, X, Y, A, B, C, D = (seg[k] for k in "PXYABCD")
     cache.logits([SharedRow(0, [P], ids["P"])])
     got_x = cache.logits([SharedRow(0, [P, X], ids["X"])])
     torch.testing.assert_close(got_x[0], ref.plain(ids["P"] + ids["X"]), atol=atol, rtol=0)

@@ -73,7 +73,9 @@ async def test_suppressed_tokens_are_never_sampled(backend: EngineBackend) -> No
         (free,) = await session.forward([SharedRow(0, [p], ids)], greedy=True)
         await session.free_segment(p)
         p = await session.new_segment()
-        (held,) = await session.forward([SharedRow(0, [p], ids)], greedy=True, suppress_token_ids=[free.token_id])
+        (held,) = await session.forward(
+            [SharedRow(0, [p], ids)], greedy=True, suppress_token_ids=[free.token_id]
+        )
         assert held.token_id != free.token_id and held.logprob <= 0.0
 
 
