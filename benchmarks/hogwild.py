@@ -19,6 +19,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 from paragen.backends.base import SharedRow
 from paragen.engine.hogwild import SharedCache
@@ -68,7 +69,7 @@ def plain_batch(engine: LLMEngine, num_seqs: int, context: int) -> None:
     engine.step()
 
 
-def best_step_ms(step: Callable[[], None]) -> float:
+def best_step_ms(step: Callable[[], Any]) -> float:
     times = []
     for _ in range(STEPS):
         t = time.perf_counter()
