@@ -172,13 +172,13 @@ class SharedCache:
             tables = [self.segments[s].blocks[: -(-n // bs)] for s, n in zip(row.view, lengths, strict=True)]
             plans.append(RowPlan(tables, lengths, len(row.token_ids)))
         model, cache = self.engine.model, self.engine.cache
-        tables = (model.cos, model.sin)
+        rope = (model.cos, model.sin)
         num_kv_rows = cache.kv.shape[1]
         singles = [p for p in plans if p.num_new == 1]
-        groups = [build_group(singles, 0, bs, cache.num_blocks, num_kv_rows, tables)] if singles else []
+        groups = [build_group(singles, 0, bs, cache.num_blocks, num_kv_rows, rope)] if singles else []
         start = len(singles)
         for plan in plans[len(singles) :]:
-            groups.append(build_group([plan], start, bs, cache.num_blocks, num_kv_rows, tables))
+            groups.append(build_group([plan], start, bs, cache.num_blocks, num_kv_rows, rope))
             start += plan.num_new
         return shared_attention(
             groups,

@@ -206,7 +206,9 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     """oneDNN's prepacked bf16 weights: a small-batch CPU matmul streams them about 1.5-2x faster."""
     has_op = hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
     has_mkldnn: bool = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
-    return device.type == "cpu" and dtype == torch.bfloat16 and has_mkldnn and has_op
+    # oneDNN refuses to pack bf16 weights without AVX-512 (bw, vl, dq): an AVX2-only CPU raises.
+    has_avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    return device.type == "cpu" and dtype == torch.bfloat16 and has_mkldnn and has_op and has_avx512
 
 
 def _pack(w: torch.Tensor) -> torch.Tensor:

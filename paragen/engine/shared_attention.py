@@ -17,6 +17,8 @@ import torch
 
 from paragen.engine.attention import SMALL_BATCH, Attend
 
+Tables = tuple[torch.Tensor, torch.Tensor]  # the model's RoPE cos and signed-sin tables [positions, D]
+
 
 @dataclass(slots=True)
 class RowPlan:
@@ -89,9 +91,6 @@ def build_group(
     )
 
 
-Tables = tuple[torch.Tensor, torch.Tensor]  # the model's RoPE cos and signed-sin tables [positions, D]
-
-
 def _slot_layout(row: RowPlan, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """For each slot of the row's gathered blocks: its segment (view index) and local position."""
     segs: list[int] = []
@@ -128,11 +127,11 @@ def shared_attention(
         g.seg_index.view(1, g.num_rows, 1, 1, -1).expand(nkv, -1, 1, g.num_new * group, -1) for g in groups
     ]
 
+    prepared = list(zip(groups, works, rotations, masks, seg_indices, strict=True))
+
     def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         out = torch.empty(num_tokens, nq * d, dtype=dtype, device=device)
-        for g, work, (cos, sin), mask, seg_index in zip(
-            groups, works, rotations, masks, seg_indices, strict=True
-        ):
+        for g, work, (cos, sin), mask, seg_index in prepared:
             b, t, s = g.num_rows, g.num_new, cos.shape[1]
             q = qkv[g.start : g.start + b * t, :nq].to(work).view(b, 1, t, nq, d)
             swapped = q.view(b, 1, t, nq, 2, d // 2).flip(-2).view(q.shape)

@@ -32,7 +32,7 @@ class Reference:
 
     def __init__(self, model_dir: Path):
         self.model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        self.model.eval()
+        self.model.train(False)
 
     @torch.no_grad()
     def plain(self, ids: list[int]) -> torch.Tensor:
@@ -41,7 +41,7 @@ class Reference:
 
     @torch.no_grad()
     def rerotated(self, cache: SharedCache, view: list[int], ids: list[int]) -> torch.Tensor:
-        """Logits after ``ids`` with the view's stored keys rotated by their offsets (the key-rotation form)."""
+        """Logits after ``ids``, the view's stored keys rotated by their offsets (key-rotation form)."""
         kv, nkv = cache.engine.cache.kv, cache.engine.cfg.num_kv_heads
         past = transformers.DynamicCache()
         parts = []
@@ -55,7 +55,7 @@ class Reference:
             keys, values = [], []
             for slots, cos, sin in parts:
                 k = kv[layer, :nkv, slots].float()
-                keys.append(k * cos + rotate_half(k) * sin)
+                keys.append(k * cos + rotate_half(k) * sin)  # type: ignore[no-untyped-call]
                 values.append(kv[layer, nkv:, slots].float())
             past.update(torch.cat(keys, 1).unsqueeze(0), torch.cat(values, 1).unsqueeze(0), layer)
         out = self.model(torch.tensor([ids]), past_key_values=past, use_cache=True)
