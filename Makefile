@@ -57,7 +57,9 @@ bench: setup
 	$(PY) benchmarks/orchestrator.py
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/llmcompiler.py
+	$(PY) benchmarks/hogwild.py
 	$(PY) benchmarks/openai_backend.py
+	$(PY) benchmarks/serve.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV)

@@ -3,7 +3,7 @@
 CLI cases run `python -m paragen.cli` in a real subprocess (in an empty folder) and each must end
 with exit code 2, exactly one line on stderr naming the problem, no traceback anywhere, and no
 file created or changed. API cases must raise the documented exception type with a message
-naming the problem. Cases another branch fixes are strict xfails naming that branch.
+naming the problem.
 """
 
 from __future__ import annotations
@@ -42,10 +42,6 @@ Q = "What is 7 + 5?"
 SCRIPTED = ["-b", "scripted"]
 EVAL = ["eval", "-t", "arith", "-b", "scripted", "--limit", "3", "--no-progress", "--no-plot"]
 OUT = ["--out", "{tmp}/run"]
-
-
-def on_branch(branch: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"fixed on branch {branch}")
 
 
 @dataclass
@@ -160,7 +156,6 @@ RUN_CASES = [
         "base URL without /v1",
         ["run", Q, "-b", "openai:{server}", "-n", "2"],
         "lists no model",
-        marks=[on_branch("vllm")],
     ),
 ]
 
@@ -196,21 +191,18 @@ EVAL_CASES = [
         ["eval", "-t", "{tmp}/d.jsonl", *SCRIPTED, *OUT],
         "d.jsonl",
         setup=_file("d.jsonl", ""),
-        marks=[on_branch("evals")],
     ),
     Case(
         "malformed user JSONL",
         ["eval", "-t", "{tmp}/d.jsonl", *SCRIPTED, *OUT],
         "d.jsonl",
         setup=_file("d.jsonl", "not json\n"),
-        marks=[on_branch("evals")],
     ),
     Case(
         "corrupt parquet",
         ["eval", "-t", "{tmp}/d.parquet", *SCRIPTED, *OUT],
         "d.parquet",
         setup=_file("d.parquet", "PAR1garbage"),
-        marks=[on_branch("evals")],
     ),
 ]
 
@@ -223,21 +215,18 @@ REPORT_CASES = [
         ["report", "{tmp}/r"],
         "records.jsonl",
         setup=_records_dir("{}\n"),
-        marks=[on_branch("evals")],
     ),
     Case(
         "record with wrong types",
         ["report", "{tmp}/r"],
         "records.jsonl",
         setup=_records_dir(WRONG_TYPE_RECORD),
-        marks=[on_branch("evals")],
     ),
     Case(
         "records.jsonl is a folder",
         ["report", "{tmp}/r"],
         "records.jsonl",
         setup=_records_dir(None),
-        marks=[on_branch("evals")],
     ),
 ]
 
@@ -409,7 +398,6 @@ def test_api_bad_input(case: str, make: Callable[[], object], error: type[Except
     assert expected in str(info.value), f"{case}: {info.value}"
 
 
-@on_branch("core")
 def test_solve_with_a_backend_name_names_the_real_error(tmp_path: Path) -> None:
     """`solve(..., backend="scripted")`: the real mistake, not "Attempted to exit a cancel scope".
 
