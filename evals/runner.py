@@ -185,6 +185,9 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     orch = Orchestrator(
         backend, defaults=spec.sampling, budget=spec.budget, max_concurrent_problems=spec.max_concurrent
     )
+    # Opened (and probed) before the run folder is touched: a server that cannot be reached or
+    # does not speak the API is one error here, not a folder of error records.
+    await orch.open()
     run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
     writer = RecordWriter.open(spec.out)
     write_run_info(spec.out, run_info)

@@ -15,21 +15,36 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
 from httpx_sse import EventSource
 
 from paragen.backends.base import CompletionStream
+from paragen.backends.openai_config import OpenAIConfig, ServerInfo
 from paragen.backends.openai_http import map_http_errors, raise_for_status, redacting, retry_delay
-from paragen.backends.openai_wire import ChunkParser, WireOptions, build_body
-from paragen.backends.pool import Replica
+from paragen.backends.openai_wire import ChunkParser, Endpoint, WireOptions, build_body
+from paragen.backends.pool import Pool, Replica
 from paragen.errors import BackendConnectionError, BackendError, ConfigError
 from paragen.types import ChatMessage, Delta, GenerateRequest, Usage
 
-if TYPE_CHECKING:
-    from paragen.backends.openai import OpenAIBackend, ServerInfo
+
+class StreamOwner(Protocol):
+    """What a stream needs of its backend (an OpenAIBackend; a protocol, so neither imports the other)."""
+
+    config: OpenAIConfig
+    pool: Pool
+
+    @property
+    def client(self) -> httpx.AsyncClient: ...
+
+    async def check_health(self) -> None: ...
+
+    async def server_info(self, replica: Replica) -> ServerInfo: ...
+
+    def endpoint_for(self, request: GenerateRequest) -> Endpoint: ...
+
 
 _SSE_HEADERS = {"Accept": "text/event-stream"}
 
@@ -37,7 +52,7 @@ _SSE_HEADERS = {"Accept": "text/event-stream"}
 class StreamContext:
     """What ``stream()`` returns: the stream on entry; on exit, the request is closed."""
 
-    def __init__(self, backend: OpenAIBackend, request: GenerateRequest) -> None:
+    def __init__(self, backend: StreamOwner, request: GenerateRequest) -> None:
         self._backend = backend
         self._request = request
         self._stream: HTTPStream | None = None
@@ -57,7 +72,7 @@ class StreamContext:
 class HTTPStream:
     """One request's deltas, with retries, failover, resumption and live usage."""
 
-    def __init__(self, backend: OpenAIBackend, request: GenerateRequest) -> None:
+    def __init__(self, backend: StreamOwner, request: GenerateRequest) -> None:
         self.usage = Usage()
         self._backend = backend
         self._request = request
@@ -175,7 +190,7 @@ class HTTPStream:
         return url, body, rid
 
 
-async def _close(response: httpx.Response, backend: OpenAIBackend, replica: Replica, rid: str | None) -> None:
+async def _close(response: httpx.Response, backend: StreamOwner, replica: Replica, rid: str | None) -> None:
     """Close the response even while being cancelled: closing it is what aborts the request."""
     with anyio.CancelScope(shield=True), anyio.move_on_after(5):
         await response.aclose()

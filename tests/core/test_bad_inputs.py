@@ -433,15 +433,17 @@ def test_option_values_are_read_as_the_fields_type() -> None:
 
 def test_eval_api_refuses_zero_concurrency_before_writing(tmp_path: Path) -> None:
     from evals.runner import EvalSpec, build_combos, run_eval
-    from evals.tasks import Selection, get_task, load_problems
+    from evals.tasks import Selection, get_task, load_task
 
     task = get_task("arith")
+    loaded = load_task(task, Selection(limit=2), source="bundled")
     spec = EvalSpec(
         task=task,
-        problems=load_problems(task, Selection(limit=2), offline=True),
+        problems=loaded.problems,
         combos=build_combos(["single"], [1]),
         out=tmp_path / "run",
         backend_spec="scripted",
+        data=loaded.source,
         max_concurrent=0,
     )
     with pytest.raises(ValueError, match="max_concurrent_problems"):

@@ -24,6 +24,7 @@ from echo_server import FAILURES, EchoServer, echo_server
 from paragen import StrategyResult, asolve
 from paragen.backends.openai import OpenAIBackend
 from paragen.config import split_credentials
+from paragen.errors import BackendError
 
 KEY = "sk-test-Z9secret0key1234"
 Q = "What is 7 + 5?"
@@ -79,7 +80,8 @@ def test_cli_never_shows_the_key(way: str, server: EchoServer, tmp_path: Path) -
     out = tmp_path / "run"
     sweep = ["eval", "-t", "arith", "--limit", str(len(FAILURES)), "-s", "single", *common]
     evaluated = paragen([*sweep, "--out", str(out), "--no-progress", "--no-plot"], tmp_path, **env)
-    assert evaluated.returncode == 0, evaluated.stderr
+    # Every completion is refused, so no problem got a result: exit 1, the records say why.
+    assert evaluated.returncode == 1 and "no problem got a result" in evaluated.stderr, evaluated.stderr
     report = paragen(["report", str(out), "-f", "json"], tmp_path)
     records = (out / "records.jsonl").read_text()
     written = {
@@ -135,8 +137,10 @@ def test_python_api_never_shows_the_key(
 def test_probe_errors_are_redacted_too(server: EchoServer) -> None:
     """A failing probe (GET /v1/models) goes through the same redaction as completions."""
     backend = OpenAIBackend.from_spec(f"{server.root}/failprobe/v1", api_key=KEY, max_retries=0)
-    result = solve_and_close(backend, "single")
-    text = result.model_dump_json()
+    # The backend is opened (probed) before the first problem, so the probe's error is the run's.
+    with pytest.raises(BackendError) as failed:
+        solve_and_close(backend, "single")
+    text = failed.value.one_line()
     assert KEY not in text and "probe refused: you sent Authorization: ***" in text
 
 
@@ -154,8 +158,11 @@ def test_a_bad_spec_does_not_echo_url_credentials(tmp_path: Path) -> None:
 
 def test_eval_api_records_the_spec_without_credentials(tmp_path: Path) -> None:
     from evals.runner import EvalSpec
-    from evals.tasks import get_task
+    from evals.tasks import Selection, get_task, load_task
 
     url = f"openai:http://u:{KEY}@h/v1"
-    spec = EvalSpec(task=get_task("arith"), problems=[], combos=[], out=tmp_path, backend_spec=url)
+    loaded = load_task(get_task("arith"), Selection(limit=1), source="bundled")
+    spec = EvalSpec(
+        task=get_task("arith"), problems=[], combos=[], out=tmp_path, backend_spec=url, data=loaded.source
+    )
     assert spec.backend_spec == "openai:http://h/v1"

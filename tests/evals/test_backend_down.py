@@ -21,21 +21,15 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])  # closed again when the block ends: nothing listens there
 
 
-def test_a_dead_server_exits_1_and_resume_tries_again(tmp_path: Path) -> None:
+def test_a_dead_server_is_one_error_before_anything_is_written(tmp_path: Path) -> None:
+    """The backend is opened (its server probed) before the run folder is touched."""
     out = tmp_path / "run"
     spec = f"openai:http://127.0.0.1:{_closed_port()}/v1"
     args = [*BASE, "--backend", spec, "--backend-opt", "model=m", "--backend-opt", "max_retries=0"]
     first = runner.invoke(app, [*args, "--out", str(out)])
-    assert first.exit_code == 1, first.output
-    assert (
-        "3 of 3 records failed in the backend" in first.stderr and "--resume runs them again" in first.stderr
-    )
-    assert "no problem got a result" in first.stderr
-    assert [r.grade.outcome for r in load_records(out).records] == ["error"] * 3
-
-    again = runner.invoke(app, [*args, "--out", str(out), "--resume"])
-    assert again.exit_code == 1, again.output
-    assert len(load_records(out).records) == 6  # the errors were run again, not skipped
+    assert first.exit_code == 2, first.output
+    assert "connection failed" in first.stderr and len(first.stderr.strip().splitlines()) == 1
+    assert not out.exists()
 
 
 def test_errors_are_retried_on_resume_and_replaced_by_results(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ import pytest
 from strategy_helpers import run, words
 
 from evals.bank import bank_from_record, deepconf_offline
+from evals.records import EvalRecord, GradeRecord
+from paragen import Problem, SamplingParams
 from paragen.answers import answer_key
 from paragen.backends.scripted import Script
 from strategies.confidence import confident_vote, keep_top
@@ -23,15 +25,26 @@ async def test_the_bank_reaches_the_live_answer_from_the_recorded_samples(eta: f
     scripts = [Script(text=words(k, a)) for k, a in LENGTHS_AND_ANSWERS]
     result, _ = await run(DeepConf(n=len(scripts), eta=eta, window=4), scripts)
     assert result.answer is not None
-    record = {
-        "problem": {"id": "p", "gold": result.answer},
-        "grading_mode": "auto",
-        "result": result.model_dump(mode="json"),
-    }
+    record = EvalRecord(
+        run_id="r",
+        settings_id="s",
+        task="t",
+        grading_mode="auto",
+        problem=Problem(id="p", question="q", gold=result.answer),
+        strategy="deepconf",
+        n=len(scripts),
+        strategy_config={},
+        result=result,
+        grade=GradeRecord(outcome="correct", correct=True, answer=result.answer, gold=result.answer),
+        backend="scripted",
+        sampling=SamplingParams(),
+        seed=0,
+        versions={},
+        recorded_at=0.0,
+    )
     item = bank_from_record(record)
-    right = {
-        (answer_key(a), result.answer): answer_key(a) == answer_key(result.answer) for a in item.answers if a
-    }
+    # The bank grades each answer as written (the live winner is graded as written too).
+    right = {(a, result.answer): answer_key(a) == answer_key(result.answer) for a in item.answers if a}
     assert deepconf_offline(item, right, keep=eta / 100, window=4)
     wrong = {key: not ok for key, ok in right.items()}  # the same vote, graded the other way round
     assert not deepconf_offline(item, wrong, keep=eta / 100, window=4)

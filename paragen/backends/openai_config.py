@@ -1,0 +1,66 @@
+"""The OpenAI backend's options and what its probe learns of a server (shared by the backend
+and its stream module, which must not import each other)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from paragen.backends.openai_wire import ServerKind
+from paragen.config import move_url_credentials
+from paragen.types import Model
+
+
+class OpenAIConfig(Model):
+    """Options of :class:`OpenAIBackend` (``--backend openai:URL`` gives ``base_url``)."""
+
+    base_url: str
+    base_urls: tuple[str, ...] = ()  # more replicas of the same model: a pool
+    model: str | None = None  # None: the first model the server lists
+    api_key: SecretStr | None = None
+    api_key_env: str | None = "OPENAI_API_KEY"
+    endpoint: Literal["auto", "completions", "chat"] = "auto"
+    server: Literal["auto", "vllm", "sglang", "llama_cpp", "openai"] = "auto"
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_timeout: float | None = Field(default=600.0, gt=0)  # longest silence between chunks
+    max_retries: int = Field(default=3, ge=0)
+    backoff: float = Field(default=0.5, ge=0)
+    max_backoff: float = Field(default=30.0, ge=0)
+    native_n: bool | None = None  # None: decided by the probe
+    continuous_usage: bool | None = None  # None: on for vLLM
+    max_outstanding: int | None = Field(default=None, gt=0)  # per replica, for affinity routing
+    affinity_slack: int = Field(default=32, ge=0)
+    max_connections: int = Field(default=1024, gt=0)
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # server extras: ignore_eos, min_p, ...
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials_out_of_urls(cls, values: Any) -> Any:
+        return move_url_credentials(values)  # a URL is shown and recorded; a key never is
+
+    @field_validator("base_url", "base_urls")
+    @classmethod
+    def _http_urls(cls, value: Any) -> Any:
+        urls = [value] if isinstance(value, str) else list(value)
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) URL (e.g. http://localhost:8000/v1)")
+        return value.rstrip("/") if isinstance(value, str) else tuple(u.rstrip("/") for u in value)
+
+    def resolved_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What the probe learnt about one replica."""
+
+    kind: ServerKind
+    model: str
+    native_n: bool
+    continuous_usage: bool
