@@ -95,6 +95,12 @@ class SharedWorkers:
     def tokenize(self, text: str) -> list[int]:
         return self._session.tokenize(text)
 
+    def has_room(self, rows: Sequence[SharedRow], reserve: int) -> bool:
+        """Whether every row's view, with its input, stays ``reserve`` tokens inside the model's positions."""
+        limit = self._session.max_view_tokens - reserve
+        length = self._session.segment_length
+        return all(sum(length(s) for s in row.view) + len(row.token_ids) <= limit for row in rows)
+
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return self._session.detokenize(token_ids)
 

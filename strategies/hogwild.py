@@ -142,7 +142,10 @@ class _Team:
             self.eos = sample.token_id in io.eos_token_ids
             if self.answer is not None or self.eos or io.num_forward_passes >= self.budget:
                 break
-            (sample,) = await io.step([SharedRow(0, [segment], worker.pending)])
+            row = SharedRow(0, [segment], worker.pending)
+            if not io.has_room([row], self._reserve()):
+                break  # the model's context is full: as if the budget ran out
+            (sample,) = await io.step([row])
             worker.pending = [sample.token_id]
         found = extract_answer(io.text(0))
         io.end("stop" if self.eos or self.answer else "length", answers=[found])
@@ -160,6 +163,8 @@ class _Team:
         suppress = self._suppressed()
         while io.num_forward_passes < self.budget and self.answer is None:
             rows = [SharedRow(w.index, self.view(w), w.pending) for w in self.team]
+            if not io.has_room(rows, self._reserve()):
+                break  # the model's context is full: as if the budget ran out (the finisher answers)
             samples = await io.step(rows, suppress_token_ids=suppress)
             self.since_nudge += 1
             for worker, sample in zip(self.team, samples, strict=True):
@@ -240,6 +245,10 @@ class _Team:
         if found is not None and self.cfg.stop_at_answer and self.answer is None:
             self.answer, self.answered_at = found, self.io.num_forward_passes
         return step_text
+
+    def _reserve(self) -> int:
+        """Room kept in every view for a step header, the finisher's prompt and its tokens."""
+        return 64 + len(self.io.tokenize(self.prompts.finisher)) + self.cfg.finisher_tokens
 
     # -- the finisher ----------------------------------------------------------------------------
 

@@ -118,6 +118,7 @@ class SharedCacheSession(Protocol):
     """
 
     eos_token_ids: frozenset[int]
+    max_view_tokens: int  # the model's positions: no view may grow longer
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text``, no special tokens added."""

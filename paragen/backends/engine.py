@@ -214,6 +214,7 @@ class EngineSharedSession:
         self.cache = cache
         self.tokenizer = tokenizer
         self.eos_token_ids = frozenset(cache.engine.eos_ids)
+        self.max_view_tokens = int(cache.engine.cfg.max_position_embeddings)
 
     def tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -64,6 +64,7 @@ class ScriptedSharedSession:
         self.pieces: list[str] = [EOS]
         self._ids: dict[str, int] = {EOS: 0}
         self.eos_token_ids = frozenset({0})
+        self.max_view_tokens = 1 << 20
         self.segments: dict[int, list[int]] = {}
         self.freed: list[int] = []
         self.forwards: list[ForwardRecord] = []

@@ -3,6 +3,7 @@ and torch are imported when the command runs, so ``paragen --help`` stays light.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Annotated, Any
 
@@ -82,7 +83,10 @@ def _serve(backend: Any, config: Any, sock: Any, model: str | None, named: bool,
         typer.echo(f"paragen serve: {', '.join(names)} on http://{host}:{port}/v1", err=True)
         await uvicorn_server(app, log_level=log_level).serve(sockets=[sock])
 
-    anyio.run(main)
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM and then raises the signal again; a server
+    # stopped that way has done its job, so the command ends normally (exit 0).
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(main)
 
 
 def _api_key(variable: str | None) -> str | None:

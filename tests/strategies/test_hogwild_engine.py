@@ -102,13 +102,24 @@ async def test_two_workers_account_passes_and_free_every_block(tiny: EngineBacke
 
 
 async def test_a_cancelled_run_frees_every_block(tiny: EngineBackend) -> None:
-    result = await _run(tiny, Hogwild(workers=3), max_tokens=4000, budget=Budget(deadline_s=1.0))
-    assert result.stop_reason == "deadline"
-    assert all(t.status == "cancelled" and t.completion_tokens > 0 for t in result.traces)
+    # The tiny model's 512 positions fill in ~130 passes of 3 workers; 0.1 s cuts the run well before
+    # on any CPU (the deadline may land in the prefill or mid-way: both must free every block).
+    result = await _run(tiny, Hogwild(workers=3), max_tokens=4000, budget=Budget(deadline_s=0.1))
+    assert result.stop_reason == "deadline", result.error
+    assert result.traces and all(t.status == "cancelled" for t in result.traces)
     assert tiny.engine.num_free_blocks == NUM_BLOCKS
 
 
 async def test_the_total_budget_stops_the_workers(tiny: EngineBackend) -> None:
     result = await _run(tiny, Hogwild(workers=2), max_tokens=64, budget=Budget(max_total_tokens=10))
     assert result.stop_reason == "budget" and result.usage.total_tokens == 10
+    assert tiny.engine.num_free_blocks == NUM_BLOCKS
+
+
+async def test_a_run_longer_than_the_context_stops_there_and_answers(tiny: EngineBackend) -> None:
+    """Before this cap, views grew past the model's positions and the run died with an EngineError."""
+    result = await _run(tiny, Hogwild(workers=3), max_tokens=4000)
+    assert result.stop_reason == "done" and result.error is None
+    workers = [t for t in result.traces if t.meta.get("worker") is not None]
+    assert sum(t.completion_tokens for t in workers) < 512 < 3 * 4000
     assert tiny.engine.num_free_blocks == NUM_BLOCKS
