@@ -22,6 +22,7 @@ import csv
 import hashlib
 import io
 import json
+import logging
 import os
 import socket
 from collections.abc import Sequence
@@ -128,11 +129,16 @@ def read_file(path: Path, file_format: str) -> Dataset:
         _check_csv(path)
     was_off = datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()  # a local file loads in a blink; its bar would only clutter stderr
+    # datasets also logs a file it cannot parse before raising; the ConfigError below is the one line.
+    log = logging.getLogger("datasets")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
     try:
         return datasets.load_dataset(file_format, data_files=str(path), split="train")
     except Exception as exc:  # pyarrow / datasets errors for files they cannot parse
         raise ConfigError(f"cannot read task file {path} as {file_format}: {_brief(exc)}") from exc
     finally:
+        log.setLevel(level)
         if not was_off:
             datasets.enable_progress_bars()
 

@@ -155,7 +155,7 @@ RUN_CASES = [
     Case(
         "base URL without /v1",
         ["run", Q, "-b", "openai:{server}", "-n", "2"],
-        "lists no model",
+        "is not an OpenAI API base URL",
     ),
 ]
 
@@ -272,8 +272,11 @@ class Outcome:
 def outcomes(tmp_path_factory: pytest.TempPathFactory, server: EchoServer) -> dict[str, Outcome]:
     """Every CLI case run once, several subprocesses at a time (each is mostly interpreter start-up)."""
 
+    # Folders made here, not in the threads: pytest's mktemp is not safe to call concurrently.
+    works = {case.name: tmp_path_factory.mktemp("case") for case in CLI_CASES}
+
     def run_case(case: Case) -> Outcome:
-        work = tmp_path_factory.mktemp("case")
+        work = works[case.name]
         if case.setup is not None:
             case.setup(work)
         before = snapshot(work)
@@ -399,17 +402,18 @@ def test_api_bad_input(case: str, make: Callable[[], object], error: type[Except
 
 
 def test_solve_with_a_backend_name_names_the_real_error(tmp_path: Path) -> None:
-    """`solve(..., backend="scripted")`: the real mistake, not "Attempted to exit a cancel scope".
+    """`solve(..., backend=NAME)` takes a spec (tests/core/test_api.py runs "scripted"); a name that
+    is no backend gives that mistake, not "Attempted to exit a cancel scope".
 
-    In a subprocess: the failure leaks memory streams whose warnings would land in later tests.
+    In a subprocess: a failure that leaked memory streams would warn inside later tests.
     """
     code = (
         "import paragen\n"
-        "try:\n    paragen.solve('2+2', backend='scripted')\n"
+        "try:\n    paragen.solve('2+2', backend='nosuch')\n"
         "except Exception as e:\n    print(e)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=tmp_path, timeout=120)
-    assert done.stdout.strip() and b"cancel scope" not in done.stdout + done.stderr
+    assert b"nosuch" in done.stdout and b"cancel scope" not in done.stdout + done.stderr, done
 
 
 def test_option_values_are_read_as_the_fields_type() -> None:
