@@ -49,7 +49,6 @@ from paragen.backends.base import Backend
 from paragen.config import Budget, spec_without_credentials
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
-from paragen.registry import build_backend as build_backend  # re-exported: evals.cli imports it here
 from paragen.registry import load_strategy
 from paragen.strategy import Strategy, build_strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
