@@ -35,6 +35,7 @@ from paragen.cli_options import (
 )
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
+from paragen.signals import until_terminated
 from paragen.types import SamplingParams
 
 PLOT_FILE = "pareto.png"
@@ -213,7 +214,7 @@ def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[Any]:
         finally:
             await backend.aclose()
 
-    return anyio.run(main)
+    return anyio.run(until_terminated, main)
 
 
 def report_command(

@@ -33,6 +33,7 @@ from paragen.config import Budget
 from paragen.errors import ParagenError
 from paragen.registry import BACKEND_GROUP, COMMAND_GROUP, STRATEGY_GROUP, load, names
 from paragen.serve.cli import serve_command
+from paragen.signals import Terminated
 
 app = typer.Typer(
     name="paragen",
@@ -150,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     except ParagenError as exc:
         print(f"paragen: {exc.one_line()}", file=sys.stderr)
         code = 2
+    except Terminated as exc:
+        print(f"paragen: {exc}", file=sys.stderr)
+        code = Terminated.exit_code
     if isinstance(code, int) and code:
         sys.exit(code)
 

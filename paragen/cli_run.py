@@ -17,6 +17,7 @@ from paragen.config import Budget
 from paragen.errors import BackendError, ConfigError
 from paragen.live_view import WorkerColumns
 from paragen.orchestrator import Orchestrator
+from paragen.signals import until_terminated
 from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
@@ -41,7 +42,7 @@ def execute_run(
             await backend.aclose()
 
     with WorkerColumns(Console(file=sys.stdout), enabled=not as_json) as view:  # Hogwild!'s workers live
-        result = anyio.run(go)
+        result = anyio.run(until_terminated, go)
     _fail_if_nothing_ran(result)
     if as_json:
         print(result.model_dump_json(indent=2))
