@@ -6,6 +6,7 @@ one clear ConfigError instead of uvicorn's log line and exit code 1.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import anyio
 import uvicorn
 from starlette.applications import Starlette
 
@@ -42,6 +44,18 @@ def uvicorn_server(app: Starlette, *, log_level: str = "info", access_log: bool 
         app, log_level=log_level, access_log=access_log, lifespan="on", timeout_graceful_shutdown=5
     )
     return uvicorn.Server(config)
+
+
+def run_server(app: Starlette, sock: socket.socket, *, log_level: str = "info", access_log: bool = True) -> None:
+    """Serve ``app`` on ``sock`` in the foreground until SIGINT or SIGTERM."""
+
+    async def main() -> None:
+        await uvicorn_server(app, log_level=log_level, access_log=access_log).serve(sockets=[sock])
+
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM and then raises the signal again; a server
+    # stopped that way has done its job, so this returns normally.
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(main)
 
 
 @contextmanager
