@@ -55,6 +55,7 @@ import h11
 
 from paragen.backends.base import generate
 from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.serve.server import event_loop_options
 from paragen.types import ChatMessage, GenerateRequest, SamplingParams
 
 CONCURRENT = 64
@@ -319,11 +320,11 @@ def measure(load: LoadProcess, scripted: ScriptedBackend, serve: tuple[str, int]
     }
     for (url, _pid), mode in legs.values():  # warm-up: connections, first-call imports
         load.round(url, mode)
-    anyio.run(direct, scripted)
+    anyio.run(direct, scripted, backend_options=event_loop_options())
     times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in LEGS}
     for _ in range(ROUNDS):
         cpu = time.process_time()
-        wall = anyio.run(direct, scripted)
+        wall = anyio.run(direct, scripted, backend_options=event_loop_options())
         times["direct"].append((wall, 0.0, time.process_time() - cpu))
         for name, ((url, pid), mode) in legs.items():
             before = cpu_seconds(pid)

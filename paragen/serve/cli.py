@@ -3,7 +3,6 @@ and torch are imported when the command runs, so ``paragen --help`` stays light.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Annotated, Any
 
@@ -67,10 +66,8 @@ def serve_command(
 
 
 def _serve(backend: Any, config: Any, sock: Any, model: str | None, named: bool, log_level: str) -> None:
-    import anyio
-
     from paragen.serve.app import create_app
-    from paragen.serve.server import served_model_names, uvicorn_server
+    from paragen.serve.server import run_in_foreground, served_model_names, uvicorn_server
 
     async def main() -> None:
         try:
@@ -83,10 +80,7 @@ def _serve(backend: Any, config: Any, sock: Any, model: str | None, named: bool,
         typer.echo(f"paragen serve: {', '.join(names)} on http://{host}:{port}/v1", err=True)
         await uvicorn_server(app, log_level=log_level).serve(sockets=[sock])
 
-    # uvicorn shuts down gracefully on SIGINT/SIGTERM and then raises the signal again; a server
-    # stopped that way has done its job, so the command ends normally (exit 0).
-    with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(main)
+    run_in_foreground(main)
 
 
 def _api_key(variable: str | None) -> str | None:
