@@ -242,7 +242,8 @@ from paragen.serve.server import bind, run_server
 TOKENS, DELAY = %d, %f
 HEAD = {"id": "x", "created": 0, "model": "scripted"}
 REPLY = {**HEAD, "object": "chat.completion",
-         "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok"}, "finish_reason": "stop"}],
+         "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok"},
+                      "finish_reason": "stop"}],
          "usage": {"prompt_tokens": 1, "completion_tokens": TOKENS, "total_tokens": TOKENS + 1}}
 def chunk(text):
     choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
@@ -261,43 +262,44 @@ async def chat(request):
 app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
 sock = bind("127.0.0.1", 0)
 print(f"floor on http://127.0.0.1:{sock.getsockname()[1]}/v1", file=sys.stderr, flush=True)
-run_server(app, sock, log_level="warning")
+run_server(app, sock)
 """
 
 
 @contextmanager
-def server_process(script: Path, *, floor: bool = False) -> Iterator[tuple[str, int]]:
-    """(base URL, pid) of ``paragen serve`` (or the floor app) in its own process."""
+def server_process(script: Path, log: Path, *, floor: bool = False) -> Iterator[tuple[str, int]]:
+    """(base URL, pid) of ``paragen serve`` (or the floor app) in its own process, logging to ``log``.
+
+    ``paragen serve`` runs with its default options (log level info, access log on), as a user
+    starts it; its log goes to a file, as a deployed server's does.
+    """
     command = [sys.executable, "-m", "paragen.cli", "serve", "-b", f"scripted:{script}", "--port", "0"]
-    command += ["--log-level", "warning"]
     if floor:
         command = [sys.executable, "-c", FLOOR_APP % (TOKENS, TOKEN_DELAY_S)]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stderr=out)
     try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        match = re.search(r"on (http://\S+/v1)", line)
-        if match is None:
-            raise RuntimeError(f"the server did not start: {line}{process.stderr.read()}")
-        wait_listening(match[1])
-        yield match[1], process.pid
+        url = wait_listening(log, process)
+        yield url, process.pid
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
 
 
-def wait_listening(url: str, timeout: float = 30) -> None:
-    """Return once the server accepts connections (it prints its URL just before it listens)."""
-    host, _, port = url.split("://", 1)[1].partition("/")[0].rpartition(":")
+def wait_listening(log: Path, process: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    """The server's base URL once it accepts connections (it logs the URL just before it listens)."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host, int(port)), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    while time.monotonic() < deadline and process.poll() is None:
+        match = re.search(r" on (http://\S+/v1)", log.read_text())
+        if match is not None:
+            host, _, port = match[1].split("://", 1)[1].partition("/")[0].rpartition(":")
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return match[1]
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise RuntimeError(f"the server did not start:\n{log.read_text()}")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -368,7 +370,8 @@ def main() -> None:
         scripted = ScriptedBackend.from_spec(str(script))
         load = LoadProcess()
         try:
-            with server_process(script) as serve, server_process(script, floor=True) as floor:
+            serving = server_process(script, Path(tmp) / "serve.log")
+            with serving as serve, server_process(script, Path(tmp) / "floor.log", floor=True) as floor:
                 times = measure(load, scripted, serve, floor)
         finally:
             load.close()

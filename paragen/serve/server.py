@@ -62,7 +62,9 @@ def run_in_foreground(main: Callable[[], Awaitable[None]]) -> None:
         anyio.run(main, backend_options=event_loop_options())
 
 
-def run_server(app: Starlette, sock: socket.socket, *, log_level: str = "info", access_log: bool = True) -> None:
+def run_server(
+    app: Starlette, sock: socket.socket, *, log_level: str = "info", access_log: bool = True
+) -> None:
     """Serve ``app`` on ``sock`` in the foreground, as ``paragen serve`` does."""
 
     async def main() -> None:
