@@ -277,7 +277,7 @@ def server_process(script: Path, log: Path, *, floor: bool = False) -> Iterator[
     if floor:
         command = [sys.executable, "-c", FLOOR_APP % (TOKENS, TOKEN_DELAY_S)]
     with log.open("w") as out:
-        process = subprocess.Popen(command, stderr=out)
+        process = subprocess.Popen(command, stdout=out, stderr=out)
     try:
         url = wait_listening(log, process)
         yield url, process.pid

@@ -107,8 +107,10 @@ class RunContext:
         **params: Any,
     ) -> GenerateRequest:
         """A request with the run's default sampling parameters, overridden by ``params``."""
-        sampling = self.defaults.model_copy(update=params) if params else self.defaults
-        sampling = SamplingParams.model_validate(sampling.model_dump())
+        # The run's defaults are validated already; only overrides need validating again.
+        sampling = self.defaults
+        if params:
+            sampling = SamplingParams.model_validate({**sampling.model_dump(), **params})
         msgs = None if messages is None else tuple(ChatMessage.model_validate(m) for m in messages)
         return GenerateRequest(
             prompt=prompt,
@@ -245,7 +247,7 @@ def _expand(request: GenerateRequest | Sequence[GenerateRequest], n: int | None)
         count = request.n if n is None else n
         if count <= 0:
             raise ValueError(f"n must be positive, got {count}")
-        return [request.model_copy(update={"n": count})]
+        return [request if request.n == count else request.model_copy(update={"n": count})]
     if n is not None:
         raise ValueError("give n only with a single request")
     return [r if r.n == 1 else r.model_copy(update={"n": 1}) for r in request]
