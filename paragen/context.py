@@ -127,10 +127,8 @@ class RunContext:
         self, request: GenerateRequest, *, label: str = "sample", parents: Sequence[int] = ()
     ) -> Trace:
         """One completion as a finished trace (status "error" if the backend failed)."""
-        async with self.fanout(request, n=1, label=label, parents=parents) as fan:
-            async for trace in fan:
-                return trace
-        raise AssertionError("a fan-out of one ended without its trace")
+        fan = Fanout(self._account, _expand(request, 1), label, list(parents), None, None, "sample")
+        return await fan.one()
 
     def fanout(
         self,
