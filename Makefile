@@ -64,6 +64,7 @@ bench: setup
 	$(PY) benchmarks/hogwild.py
 	$(PY) benchmarks/openai_backend.py
 	$(PY) benchmarks/serve.py
+	$(PY) benchmarks/serve_layers.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV)

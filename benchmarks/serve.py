@@ -1,13 +1,34 @@
 """What ``paragen serve`` costs: 64 concurrent single-sample requests through the server against
-the same 64 requests sent straight to its backend, side by side in one process.
+the same 64 requests sent straight to its backend, side by side, rounds alternating.
 
 The backend is the scripted one (no model): every request is 64 tokens, 10 ms apart, the pace
-of a real server decoding one stream (about 100 tokens/s). Through the server each request is
-an HTTP call from the official openai async client to ``paragen serve`` on loopback (the real
-command, ``paragen serve -b scripted:FILE``, in its own process as deployed), one Orchestrator
-run of the pass-through strategy, and the answer sent back. Directly it is ``generate(backend,
-request)`` in this process on a scripted backend built from the same script file. Rounds
-alternate between the two and the medians are compared.
+of a real server decoding one stream (about 100 tokens/s), so one request alone takes 0.64 s.
+Each leg sends all 64 requests at once and is timed until the last answer is complete:
+
+- ``direct``: ``generate(backend, request)`` for the 64 requests in this process, on a scripted
+  backend built from the same script file. No HTTP, no orchestrator: the backend alone.
+- ``serve``: the real command, ``paragen serve -b scripted:FILE`` with its default options, in
+  its own process; 64 clients, each a keep-alive HTTP/1.1 connection of its own (as 64 users
+  are), send ``POST /v1/chat/completions`` from a load-generator process of their own, as
+  clients are in real use. Each request is parsed and validated, planned, run as one
+  Orchestrator run of the pass-through strategy (one sample through the fan-out, the ledger,
+  the accounting) and answered with the whole chat completion (usage, paragen's extensions);
+  the client reads it to the end and checks ``completion_tokens == 64`` (after the clock stops).
+- ``serve_stream``: the same with ``stream: true``: the role chunk, the run's live events as
+  SSE comments, one chunk per token, the finish chunk and ``[DONE]``, each read by the client
+  (64 content chunks checked).
+- ``http_floor`` and ``http_floor_stream``: a bare Starlette app (no paragen code on the
+  request path) served exactly as ``paragen serve`` is (same uvicorn settings, event loop and
+  HTTP parser), that reads the body, waits as long as one request takes (64 x 10 ms, on the
+  same clock schedule as the scripted backend) and answers a fixed completion, or streams 64
+  fixed chunks through sse-starlette. What they add over ``direct`` is the HTTP stack and the
+  client, not paragen; ``serve`` minus ``http_floor`` is what paragen itself adds.
+- ``serve_openai``: ``serve`` again, but each of the 64 clients is the official ``openai``
+  async client (its own instance, as 64 users would have), in the load-generator process.
+
+Beside the wall times it prints the CPU time per request of the server process (from
+/proc, Linux) and of the load generator: on a shared machine they say what each layer costs
+even when the wall times are noisy.
 
     python benchmarks/serve.py          # last line: {"serve_over_direct_64": ...}   goal <= 1.10
 """
@@ -15,8 +36,10 @@ alternate between the two and the medians are compared.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -25,26 +48,32 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
-import httpx
-import openai
+import h11
 
 from paragen.backends.base import generate
 from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.serve.server import event_loop_options
 from paragen.types import ChatMessage, GenerateRequest, SamplingParams
 
 CONCURRENT = 64
 TOKENS = 64
 TOKEN_DELAY_S = 0.010
-ROUNDS = 5
-
+ROUNDS = 7
+LEGS = ("direct", "http_floor", "serve", "http_floor_stream", "serve_stream", "serve_openai")
 
 SCRIPT = Script(text=" ".join(["tok"] * TOKENS), token_delay=TOKEN_DELAY_S)
 
 
 def question(i: int) -> str:
     return f"Question {i}: what is {i} + {i}?"
+
+
+def body(i: int, *, stream: bool) -> dict[str, Any]:
+    messages = [{"role": "user", "content": question(i)}]
+    return {"model": "scripted", "messages": messages, "max_tokens": 2 * TOKENS, "stream": stream}
 
 
 async def direct(scripted: ScriptedBackend) -> float:
@@ -60,99 +89,278 @@ async def direct(scripted: ScriptedBackend) -> float:
     return time.perf_counter() - start
 
 
-async def through_server(client: openai.AsyncOpenAI, *, stream: bool) -> float:
-    async def one(i: int) -> None:
-        messages = [{"role": "user", "content": question(i)}]
-        if not stream:
-            reply = await client.chat.completions.create(
-                model="scripted",
-                messages=messages,  # type: ignore[arg-type]
-                max_tokens=2 * TOKENS,
-            )
-            assert reply.usage is not None and reply.usage.completion_tokens == TOKENS
-            return
-        chunks = await client.chat.completions.create(
-            model="scripted",
-            messages=messages,  # type: ignore[arg-type]
-            max_tokens=2 * TOKENS,
-            stream=True,
-        )
-        async for _ in chunks:
-            pass
+# --- the load generator: its own process, one keep-alive connection per client -------------------
 
-    start = time.perf_counter()
+
+class Client:
+    """One user: a keep-alive HTTP/1.1 connection (h11) that sends one request at a time."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.stream: anyio.abc.SocketStream | None = None
+        self.http = h11.Connection(h11.CLIENT)
+        self.last_used = 0.0
+
+    async def connect(self) -> None:
+        """A fresh connection if the last one idled long enough for the server to close it (uvicorn
+        closes a keep-alive connection idle for 5 s): connecting is not what a round measures."""
+        if self.stream is not None and time.monotonic() - self.last_used < 2:
+            return
+        if self.stream is not None:
+            await self.stream.aclose()
+        self.stream = await anyio.connect_tcp(self.host, self.port)
+        self.http = h11.Connection(h11.CLIENT)
+
+    async def post(self, path: str, payload: bytes) -> bytes:
+        assert self.stream is not None, "connect() first"
+        http = self.http
+        head = [("Host", self.host), ("Content-Type", "application/json")]
+        head.append(("Content-Length", str(len(payload))))
+        out = http.send(h11.Request(method="POST", target=path, headers=head))
+        out += http.send(h11.Data(data=payload)) + http.send(h11.EndOfMessage())  # type: ignore[operator]
+        await self.stream.send(out)
+        parts: list[bytes] = []
+        while True:
+            event = http.next_event()
+            if event is h11.NEED_DATA:
+                http.receive_data(await self.stream.receive(65536))
+            elif isinstance(event, h11.Response) and event.status_code != 200:
+                raise RuntimeError(f"HTTP {event.status_code} from {path}")
+            elif isinstance(event, h11.Data):
+                parts.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                http.start_next_cycle()
+                self.last_used = time.monotonic()
+                return b"".join(parts)
+
+
+def check(answer: bytes, *, stream: bool) -> None:
+    """The answer is whole: 64 content chunks and [DONE], or usage saying 64 tokens."""
+    if stream:
+        text = answer.decode()
+        chunks = [json.loads(m) for m in re.findall(r"^data: (\{.*)$", text, flags=re.M)]
+        content = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+        if len(content) != TOKENS or not text.rstrip().endswith("data: [DONE]"):
+            raise RuntimeError(f"incomplete stream: {len(content)} content chunks")
+    elif json.loads(answer)["usage"]["completion_tokens"] != TOKENS:
+        raise RuntimeError(f"wrong answer: {answer[:200]!r}")
+
+
+async def load_round(base_url: str, clients: list[Client], *, stream: bool) -> tuple[float, float]:
+    """All clients ask at once; (wall seconds until the last answer, this process's CPU seconds)."""
+    path = base_url.split("://", 1)[1].partition("/")[2]
+    payloads = [json.dumps(body(i, stream=stream)).encode() for i in range(CONCURRENT)]
+    answers: list[bytes] = [b""] * CONCURRENT
+    for client in clients:
+        await client.connect()
+
+    async def one(i: int) -> None:
+        answers[i] = await clients[i].post(f"/{path}/chat/completions", payloads[i])
+
+    cpu, start = time.process_time(), time.perf_counter()
     async with anyio.create_task_group() as tg:
         for i in range(CONCURRENT):
             tg.start_soon(one, i)
-    return time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    for answer in answers:
+        check(answer, stream=stream)
+    return wall, cpu
 
 
-def client_for(url: str) -> openai.AsyncOpenAI:
-    limits = httpx.Limits(max_connections=2 * CONCURRENT, max_keepalive_connections=2 * CONCURRENT)
-    http = httpx.AsyncClient(limits=limits, timeout=60)
-    # Retries only for a kept-alive connection the server closed between rounds (a reconnect).
-    return openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=2, http_client=http)
+async def openai_round(base_url: str, clients: list[Any]) -> tuple[float, float]:
+    async def one(i: int) -> None:
+        request = body(i, stream=False)
+        reply = await clients[i].chat.completions.create(**request)
+        if reply.usage.completion_tokens != TOKENS:
+            raise RuntimeError(f"wrong answer: {reply}")
+
+    cpu, start = time.process_time(), time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for i in range(CONCURRENT):
+            tg.start_soon(one, i)
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-async def measure(url: str, floor_url: str, scripted: ScriptedBackend) -> dict[str, list[float]]:
-    client, floor = client_for(url), client_for(floor_url)
-    times: dict[str, list[float]] = {"direct": [], "http_floor": [], "serve": [], "serve_stream": []}
-    await through_server(client, stream=False)  # warm-up: connections, first-call imports
-    await through_server(floor, stream=False)
-    await direct(scripted)
-    for _ in range(ROUNDS):
-        times["direct"].append(await direct(scripted))
-        times["http_floor"].append(await through_server(floor, stream=False))
-        times["serve"].append(await through_server(client, stream=False))
-        times["serve_stream"].append(await through_server(client, stream=True))
-    await client.close()
-    await floor.close()
-    return times
+async def load_main() -> None:
+    """Reads ``URL MODE`` lines (MODE: plain, stream, openai); answers each with one JSON line."""
+    import openai
+
+    pools: dict[tuple[str, str], list[Any]] = {}
+    lines = anyio.wrap_file(sys.stdin)
+    async for line in lines:
+        url, mode = line.split()
+        clients = pools.get((url, mode))
+        if clients is None:
+            if mode == "openai":
+                clients = [openai.AsyncOpenAI(base_url=url, api_key="-") for _ in range(CONCURRENT)]
+            else:
+                host, _, port = url.split("://", 1)[1].partition("/")[0].rpartition(":")
+                clients = [Client(host, int(port)) for _ in range(CONCURRENT)]
+            pools[(url, mode)] = clients
+        if mode == "openai":
+            wall, cpu = await openai_round(url, clients)
+        else:
+            wall, cpu = await load_round(url, clients, stream=mode == "stream")
+        print(json.dumps({"wall": wall, "cpu": cpu}), flush=True)
 
 
-# The floor: a bare Starlette app under uvicorn that sleeps as long as one scripted request takes
-# and returns a fixed chat completion. What it adds over direct is the HTTP stack and the client,
-# not paragen.
+class LoadProcess:
+    """The load generator, driven one round at a time over its stdin and stdout."""
+
+    def __init__(self) -> None:
+        command = [sys.executable, __file__, "--load"]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def round(self, url: str, mode: str) -> tuple[float, float]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"{url} {mode}\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("the load generator died (see above)")
+        answer = json.loads(line)
+        return answer["wall"], answer["cpu"]
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+# --- the servers ----------------------------------------------------------------------------------
+
+
+# The floor: no paragen code on the request path, served by paragen.serve.server.run_server as the
+# command serves its app (same uvicorn settings, event loop, HTTP parser, access log).
 FLOOR_APP = """
-import sys, anyio, uvicorn
+import json, sys, time, anyio
+from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-REPLY = {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
+from paragen.serve.server import bind, run_server
+TOKENS, DELAY = %d, %f
+HEAD = {"id": "x", "created": 0, "model": "scripted"}
+REPLY = {**HEAD, "object": "chat.completion",
          "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok"},
                       "finish_reason": "stop"}],
-         "usage": {"prompt_tokens": 1, "completion_tokens": %d, "total_tokens": %d}}
+         "usage": {"prompt_tokens": 1, "completion_tokens": TOKENS, "total_tokens": TOKENS + 1}}
+def chunk(text):
+    choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+    return {**HEAD, "object": "chat.completion.chunk", "choices": [choice]}
+async def tokens():
+    start = time.perf_counter()
+    for i in range(TOKENS):
+        await anyio.sleep(max(0.0, start + i * DELAY - time.perf_counter()))
+        yield {"data": json.dumps(chunk(" tok"))}
+    yield {"data": "[DONE]"}
 async def chat(request):
-    await request.body()
-    await anyio.sleep(%f)
+    if (await request.json()).get("stream"):
+        return EventSourceResponse(tokens())
+    await anyio.sleep((TOKENS - 1) * DELAY)
     return JSONResponse(REPLY)
 app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
-config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=300)
-server = uvicorn.Server(config)
-import socket
-sock = socket.socket(); sock.bind(("127.0.0.1", 0))
+sock = bind("127.0.0.1", 0)
 print(f"floor on http://127.0.0.1:{sock.getsockname()[1]}/v1", file=sys.stderr, flush=True)
-server.run(sockets=[sock])
+run_server(app, sock)
 """
 
 
 @contextmanager
-def serve_subprocess(script: Path, *, floor: bool = False) -> Iterator[str]:
+def server_process(script: Path, log: Path, *, floor: bool = False) -> Iterator[tuple[str, int]]:
+    """(base URL, pid) of ``paragen serve`` (or the floor app) in its own process, logging to ``log``.
+
+    ``paragen serve`` runs with its default options (log level info, access log on), as a user
+    starts it; its log goes to a file, as a deployed server's does.
+    """
     command = [sys.executable, "-m", "paragen.cli", "serve", "-b", f"scripted:{script}", "--port", "0"]
-    command += ["--log-level", "warning"]
     if floor:
-        command = [sys.executable, "-c", FLOOR_APP % (TOKENS, TOKENS + 1, TOKENS * TOKEN_DELAY_S)]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        command = [sys.executable, "-c", FLOOR_APP % (TOKENS, TOKEN_DELAY_S)]
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=out)
     try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        match = re.search(r"on (http://\S+/v1)", line)
-        if match is None:
-            raise RuntimeError(f"paragen serve did not start: {line}{process.stderr.read()}")
-        yield match[1]
+        url = wait_listening(log, process)
+        yield url, process.pid
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
+
+
+def wait_listening(log: Path, process: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    """The server's base URL once it accepts connections (it logs the URL just before it listens)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        match = re.search(r" on (http://\S+/v1)", log.read_text())
+        if match is not None:
+            host, _, port = match[1].split("://", 1)[1].partition("/")[0].rpartition(":")
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return match[1]
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise RuntimeError(f"the server did not start:\n{log.read_text()}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (0 where /proc is not there)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(load: LoadProcess, scripted: ScriptedBackend, serve: tuple[str, int], floor: tuple[str, int]):
+    """Every leg ROUNDS times, alternating; per leg, per round: (wall, client CPU, server CPU)."""
+    legs = {
+        "http_floor": (floor, "plain"),
+        "serve": (serve, "plain"),
+        "http_floor_stream": (floor, "stream"),
+        "serve_stream": (serve, "stream"),
+        "serve_openai": (serve, "openai"),
+    }
+    for (url, _pid), mode in legs.values():  # warm-up: connections, first-call imports
+        load.round(url, mode)
+    anyio.run(direct, scripted, backend_options=event_loop_options())
+    times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in LEGS}
+    for _ in range(ROUNDS):
+        cpu = time.process_time()
+        wall = anyio.run(direct, scripted, backend_options=event_loop_options())
+        times["direct"].append((wall, 0.0, time.process_time() - cpu))
+        for name, ((url, pid), mode) in legs.items():
+            before = cpu_seconds(pid)
+            wall, client_cpu = load.round(url, mode)
+            times[name].append((wall, client_cpu, cpu_seconds(pid) - before))
+    return times
+
+
+def report(times: dict[str, list[tuple[float, float, float]]]) -> None:
+    walls = {name: statistics.median(t[0] for t in rounds) for name, rounds in times.items()}
+    ideal = TOKENS * TOKEN_DELAY_S
+    print(f"{CONCURRENT} concurrent requests of {TOKENS} tokens at {TOKEN_DELAY_S * 1000:.0f} ms/token")
+    print(f"(one request alone: {ideal:.3f} s); median of {ROUNDS} rounds; CPU per request in ms:")
+    print(f"  {'leg':18s} {'wall':>7s} {'/direct':>8s} {'server':>7s} {'client':>7s}   walls")
+    for name, rounds in times.items():
+        server = statistics.median(t[2] for t in rounds) / CONCURRENT * 1000
+        client = statistics.median(t[1] for t in rounds) / CONCURRENT * 1000
+        spread = ", ".join(f"{t[0]:.3f}" for t in rounds)
+        ratio = walls[name] / walls["direct"]
+        print(f"  {name:18s} {walls[name]:7.3f} {ratio:8.3f} {server:7.2f} {client:7.2f}   ({spread})")
+    ratio = {name: round(walls[name] / walls["direct"], 3) for name in LEGS}
+    print(
+        json.dumps(
+            {
+                "serve_over_direct_64": ratio["serve"],
+                "serve_stream_over_direct_64": ratio["serve_stream"],
+                "http_floor_over_direct_64": ratio["http_floor"],
+                "http_floor_stream_over_direct_64": ratio["http_floor_stream"],
+                "serve_openai_over_direct_64": ratio["serve_openai"],
+                "direct_s": round(walls["direct"], 3),
+                "serve_s": round(walls["serve"], 3),
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -160,35 +368,18 @@ def main() -> None:
         script = Path(tmp) / "script.jsonl"
         script.write_text(SCRIPT.model_dump_json() + "\n")
         scripted = ScriptedBackend.from_spec(str(script))
-        with serve_subprocess(script) as url, serve_subprocess(script, floor=True) as floor_url:
-            times = anyio.run(measure, url, floor_url, scripted)
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    ideal = TOKENS * TOKEN_DELAY_S
-    print(f"{CONCURRENT} concurrent requests of {TOKENS} tokens at {TOKEN_DELAY_S * 1000:.0f} ms/token")
-    print(f"(one request alone: {ideal:.3f} s); median wall time of {ROUNDS} rounds each:")
-    for name, value in medians.items():
-        spread = ", ".join(f"{v:.3f}" for v in times[name])
-        print(f"  {name:13s} {value:.3f} s   ({spread})")
-    ratio = medians["serve"] / medians["direct"]
-    stream_ratio = medians["serve_stream"] / medians["direct"]
-    floor_ratio = medians["http_floor"] / medians["direct"]
-    overhead_ms = (medians["serve"] - medians["direct"]) * 1000
-    print(
-        f"serve over direct: {ratio:.3f} (+{overhead_ms:.0f} ms for all {CONCURRENT}); "
-        f"streamed: {stream_ratio:.3f}; a bare Starlette app sleeping as long: {floor_ratio:.3f}"
-    )
-    print(
-        json.dumps(
-            {
-                "serve_over_direct_64": round(ratio, 3),
-                "serve_stream_over_direct_64": round(stream_ratio, 3),
-                "http_floor_over_direct_64": round(floor_ratio, 3),
-                "direct_s": round(medians["direct"], 3),
-                "serve_s": round(medians["serve"], 3),
-            }
-        )
-    )
+        load = LoadProcess()
+        try:
+            serving = server_process(script, Path(tmp) / "serve.log")
+            with serving as serve, server_process(script, Path(tmp) / "floor.log", floor=True) as floor:
+                times = measure(load, scripted, serve, floor)
+        finally:
+            load.close()
+    report(times)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--load"]:
+        anyio.run(load_main)
+    else:
+        main()

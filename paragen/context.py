@@ -107,8 +107,10 @@ class RunContext:
         **params: Any,
     ) -> GenerateRequest:
         """A request with the run's default sampling parameters, overridden by ``params``."""
-        sampling = self.defaults.model_copy(update=params) if params else self.defaults
-        sampling = SamplingParams.model_validate(sampling.model_dump())
+        # The run's defaults are validated already; only overrides need validating again.
+        sampling = self.defaults
+        if params:
+            sampling = SamplingParams.model_validate({**sampling.model_dump(), **params})
         msgs = None if messages is None else tuple(ChatMessage.model_validate(m) for m in messages)
         return GenerateRequest(
             prompt=prompt,
@@ -125,10 +127,8 @@ class RunContext:
         self, request: GenerateRequest, *, label: str = "sample", parents: Sequence[int] = ()
     ) -> Trace:
         """One completion as a finished trace (status "error" if the backend failed)."""
-        async with self.fanout(request, n=1, label=label, parents=parents) as fan:
-            async for trace in fan:
-                return trace
-        raise AssertionError("a fan-out of one ended without its trace")
+        fan = Fanout(self._account, _expand(request, 1), label, list(parents), None, None, "sample")
+        return await fan.one()
 
     def fanout(
         self,
@@ -245,7 +245,7 @@ def _expand(request: GenerateRequest | Sequence[GenerateRequest], n: int | None)
         count = request.n if n is None else n
         if count <= 0:
             raise ValueError(f"n must be positive, got {count}")
-        return [request.model_copy(update={"n": count})]
+        return [request if request.n == count else request.model_copy(update={"n": count})]
     if n is not None:
         raise ValueError("give n only with a single request")
     return [r if r.n == 1 else r.model_copy(update={"n": 1}) for r in request]

@@ -63,6 +63,12 @@ class LiveSample:
         """The text so far (joined lazily: the hot path only appends)."""
         return "".join(self._chunks)
 
+    def text_since(self, start: int) -> tuple[str, int]:
+        """The text of the deltas from the ``start``-th on, and how many deltas there are now: what a
+        monitor forwarding the text as it grows reads after every delta, without joining it all."""
+        chunks = self._chunks
+        return "".join(chunks[start:]), len(chunks)
+
     def add(self, delta: Delta, now: float) -> None:
         # The hot path: plain slots only; the pydantic trace is brought up to date in snapshot().
         if self._first_token is None:

@@ -3,7 +3,6 @@ and torch are imported when the command runs, so ``paragen --help`` stays light.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Annotated, Any
 
@@ -42,6 +41,9 @@ def serve_command(
     max_tokens: Annotated[int, typer.Option(help="default max tokens per sample")] = 512,
     deadline: Annotated[float | None, typer.Option(help="seconds before any run is cut off")] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    access_log: Annotated[
+        bool, typer.Option(help="log one line per request (method, path, status; never a header)")
+    ] = True,
 ) -> None:
     """Serve an OpenAI-compatible API whose model names pick a strategy (e.g. ffs-8/smollm2)."""
     from paragen.serve.config import ServeConfig
@@ -61,16 +63,16 @@ def serve_command(
     sock = bind(host, port)  # before the model loads: a taken port fails at once
     try:
         backend_obj = _backend(backend, model, backend_opt)
-        _serve(backend_obj, config, sock, model, bool(served_model_name), log_level)
+        _serve(backend_obj, config, sock, model, bool(served_model_name), (log_level, access_log))
     finally:
         sock.close()
 
 
-def _serve(backend: Any, config: Any, sock: Any, model: str | None, named: bool, log_level: str) -> None:
-    import anyio
-
+def _serve(
+    backend: Any, config: Any, sock: Any, model: str | None, named: bool, logging: tuple[str, bool]
+) -> None:
     from paragen.serve.app import create_app
-    from paragen.serve.server import served_model_names, uvicorn_server
+    from paragen.serve.server import run_in_foreground, served_model_names, uvicorn_server
 
     async def main() -> None:
         try:
@@ -81,12 +83,10 @@ def _serve(backend: Any, config: Any, sock: Any, model: str | None, named: bool,
         app = create_app(backend, config.model_copy(update={"model_names": names}))
         host, port = sock.getsockname()[:2]
         typer.echo(f"paragen serve: {', '.join(names)} on http://{host}:{port}/v1", err=True)
-        await uvicorn_server(app, log_level=log_level).serve(sockets=[sock])
+        log_level, access_log = logging
+        await uvicorn_server(app, log_level=log_level, access_log=access_log).serve(sockets=[sock])
 
-    # uvicorn shuts down gracefully on SIGINT/SIGTERM and then raises the signal again; a server
-    # stopped that way has done its job, so the command ends normally (exit 0).
-    with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(main)
+    run_in_foreground(main)
 
 
 def _api_key(variable: str | None) -> str | None:

@@ -18,9 +18,9 @@ TextSink = Callable[[str], None]
 
 
 class _Growing(Protocol):
-    """What the fan-out monitor is handed: a running sample whose text can be read."""
+    """What the fan-out monitor is handed: a running sample whose new text can be read."""
 
-    def text(self) -> str: ...
+    def text_since(self, start: int) -> tuple[str, int]: ...
 
 
 class Passthrough(BaseStrategy[StrategyConfig]):
@@ -39,7 +39,8 @@ class Passthrough(BaseStrategy[StrategyConfig]):
         self.messages = messages
         self.prompt = prompt
         self.on_text = on_text
-        self._sent = 0
+        self._sent = 0  # characters forwarded
+        self._deltas_sent = 0  # deltas forwarded (the monitor reads only the new ones)
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         request = ctx.request(messages=self.messages, prompt=self.prompt)
@@ -57,7 +58,10 @@ class Passthrough(BaseStrategy[StrategyConfig]):
         raise AssertionError("a fan-out of one ended without its trace")
 
     def _forward(self, live: _Growing) -> None:
-        self._send_rest(live.text())
+        text, self._deltas_sent = live.text_since(self._deltas_sent)
+        if text and self.on_text is not None:
+            self.on_text(text)
+            self._sent += len(text)
 
     def _send_rest(self, text: str) -> None:
         if self.on_text is not None and len(text) > self._sent:

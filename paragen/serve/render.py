@@ -124,6 +124,20 @@ def chunk(
     return _dumps(body)
 
 
+class ContentChunks:
+    """Content chunks of one choice, rendered fast: the JSON around the text is made once, so a
+    streamed token costs one ``json.dumps`` of its text (the same bytes ``chunk`` gives)."""
+
+    _MARK = "\x00"  # a character JSON always escapes, so it cannot clash with the head
+
+    def __init__(self, plan: Plan, created: int, index: int) -> None:
+        whole = chunk(plan, created, index, text=self._MARK)
+        self._head, _, self._tail = whole.rpartition(json.dumps(self._MARK))
+
+    def __call__(self, text: str) -> str:
+        return self._head + json.dumps(text, ensure_ascii=False) + self._tail
+
+
 def usage_chunk(plan: Plan, created: int, results: list[StrategyResult]) -> str:
     chat = plan.messages is not None
     head = _head(plan, created, "chat.completion.chunk" if chat else "text_completion")

@@ -13,11 +13,12 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from anyio.streams.memory import MemoryObjectReceiveStream
+from sse_starlette import EventSourceResponse
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
@@ -64,21 +65,23 @@ class RunStream(EventSourceResponse):
     """A streamed answer: the run's events as SSE comments, then the answer as chunks, then [DONE].
 
     The run is the response's data sender, in the task group sse-starlette cancels when the
-    client disconnects. Items pass through an unbounded memory stream: a run never waits
-    on a slow reader (its events are small and few compared with its tokens).
+    client disconnects. Frames (SSE events, already encoded) pass through an unbounded memory
+    stream: a run never waits on a slow reader (its events are small and few compared with its
+    tokens). Frames that are waiting when the writer comes round go out in one write.
     """
 
     def __init__(
         self, service: Service, plan: Plan, *, include_usage: bool, include_result: bool, events: bool
     ):
-        self._send_items, self._receive_items = anyio.create_memory_object_stream[ServerSentEvent](math.inf)
-        super().__init__(self._receive_items, data_sender_callable=self._produce, ping=15)
+        self._send_items, self._receive_items = anyio.create_memory_object_stream[bytes](math.inf)
+        super().__init__(_joined(self._receive_items), data_sender_callable=self._produce, ping=15)
         self.service = service
         self.plan = plan
         self.include_usage = include_usage
         self.include_result = include_result
         self.events = events
         self.created = int(time.time())
+        self._content = [render.ContentChunks(plan, self.created, i) for i in range(plan.choices)]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -130,18 +133,33 @@ class RunStream(EventSourceResponse):
     def _on_event(self, index: int, event: Any) -> None:
         text = render.event_comment(index, event)
         if text is not None:
-            self._put(ServerSentEvent(comment=text))
+            self._put(b": " + text.encode() + _END)
 
     def _on_text(self, index: int, text: str) -> None:
-        self._data(render.chunk(self.plan, self.created, index, text=text))
+        self._data(self._content[index](text))
 
     def _data(self, data: str) -> None:
-        self._put(ServerSentEvent(data=data))
+        self._put(b"data: " + data.encode() + _END)
 
-    def _put(self, item: ServerSentEvent) -> None:
+    def _put(self, frame: bytes) -> None:
         # Samples still report their end while a cancelled run unwinds, after the reader is gone.
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            self._send_items.send_nowait(item)
+            self._send_items.send_nowait(frame)
+
+
+# One SSE event is "data: TEXT" (or ": TEXT", a comment) and a blank line, as sse-starlette writes it.
+# Every text sent here is JSON (or [DONE]), which has no line break, so it is one line as it is.
+_END = b"\r\n\r\n"
+
+
+async def _joined(frames: MemoryObjectReceiveStream[bytes]) -> AsyncIterator[bytes]:
+    """The frames as they come; those already waiting are joined into one write."""
+    async for first in frames:
+        batch = [first]
+        with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+            while True:
+                batch.append(frames.receive_nowait())
+        yield b"".join(batch)
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

@@ -63,6 +63,7 @@ class Router:
     def __init__(self, model_names: tuple[str, ...], defaults: SamplingParams, budget: Budget) -> None:
         self.model_names = model_names
         self.defaults = defaults
+        self._default_values = defaults.model_dump()  # dumped once, not once per request
         self.budget = budget
         self._strategies = set(names(STRATEGY_GROUP))
 
@@ -147,13 +148,18 @@ class Router:
         return (strategy, n_text) if dash else (head, None)
 
     def _defaults(self, request: AnyRequest) -> SamplingParams:
+        asked = request.sampling()
+        if not asked:
+            return self.defaults
         try:
-            return SamplingParams.model_validate({**self.defaults.model_dump(), **request.sampling()})
+            return SamplingParams.model_validate({**self._default_values, **asked})
         except ValidationError as exc:
             raise from_validation(exc) from None
 
     def _budget(self, asked: Budget) -> Budget:
         """The request's budget, each limit no looser than the server's own."""
+        if not asked.model_fields_set:  # the request set no limit: the server's budget as it is
+            return self.budget
         merged: dict[str, Any] = {}
         for name in Budget.model_fields:
             mine, theirs = getattr(self.budget, name), getattr(asked, name)
@@ -163,6 +169,8 @@ class Router:
     @staticmethod
     def _samples(plan: Plan) -> int:
         """How many samples one run asks for: build the strategy once to validate its config."""
+        if plan.strategy_name is None:  # a pass-through: one sample, nothing to validate
+            return 1
         try:
             strategy = plan.strategy()
         except ConfigError as exc:

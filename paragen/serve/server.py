@@ -6,13 +6,17 @@ one clear ConfigError instead of uvicorn's log line and exit code 1.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import anyio
 import uvicorn
 from starlette.applications import Starlette
 
@@ -42,6 +46,31 @@ def uvicorn_server(app: Starlette, *, log_level: str = "info", access_log: bool 
         app, log_level=log_level, access_log=access_log, lifespan="on", timeout_graceful_shutdown=5
     )
     return uvicorn.Server(config)
+
+
+def event_loop_options() -> dict[str, Any]:
+    """anyio's asyncio options for a server: uvloop's event loop where it is installed (a C event
+    loop: timers, callbacks and socket I/O cost a fraction of asyncio's pure-Python loop)."""
+    return {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
+
+
+def run_in_foreground(main: Callable[[], Awaitable[None]]) -> None:
+    """Run a server's ``main`` until it returns or is stopped by SIGINT/SIGTERM."""
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM and then raises the signal again; a server
+    # stopped that way has done its job, so this returns normally (the command exits 0).
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(main, backend_options=event_loop_options())
+
+
+def run_server(
+    app: Starlette, sock: socket.socket, *, log_level: str = "info", access_log: bool = True
+) -> None:
+    """Serve ``app`` on ``sock`` in the foreground, as ``paragen serve`` does."""
+
+    async def main() -> None:
+        await uvicorn_server(app, log_level=log_level, access_log=access_log).serve(sockets=[sock])
+
+    run_in_foreground(main)
 
 
 @contextmanager

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from paragen import Budget, Orchestrator, Problem, RunContext, StrategyResult
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.fanout import Fanout
+from paragen.ledger import Account, Ledger
 from paragen.strategy import BaseStrategy, StrategyConfig
 
 pytestmark = pytest.mark.anyio
@@ -348,3 +351,31 @@ async def test_run_strategies_runs_sub_strategies_at_once_in_input_order() -> No
     # the three sub-runs overlapped: every sample started before any of them ended
     assert max(t.start for t in result.traces) < min(t.end or 0 for t in result.traces)
     assert result.usage.sequential_tokens == 4 and result.usage.num_samples == 12
+
+
+class OneSample(BaseStrategy[StrategyConfig]):
+    name = "one_sample_test"
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        trace = await ctx.sample(ctx.request(prompt=problem.question))
+        return ctx.finish("x", text=trace.text)
+
+
+async def test_one_sample_runs_in_the_callers_task_and_stops_like_a_fanout() -> None:
+    """ctx.sample drives its one sample in the caller's own task (Fanout.one): cancelling the caller
+    closes the backend stream and leaves the trace cancelled; a spent budget ends it as in a fan-out."""
+    backend = ScriptedBackend([Script(text=words(50), token_delay=0.01)])
+    ledger = Ledger(Budget(), None)
+    ctx = RunContext(backend, PROBLEM, ledger=ledger)
+    with anyio.move_on_after(0.05):
+        await ctx.sample(ctx.request(prompt="long"))
+    (trace,) = ledger.traces
+    assert trace.status == "cancelled" and 0 < trace.completion_tokens < 50
+    assert backend.streams[0].closed is not None and not ledger.live
+
+    result = await Orchestrator(backend, budget=Budget(max_total_tokens=5)).run(OneSample(), PROBLEM)
+    assert result.stop_reason == "budget" and result.traces[0].status == "cancelled"
+    assert 5 <= result.traces[0].completion_tokens <= 6
+    two = Fanout(Account(backend, ledger, "p", ""), [ctx.request(prompt="x", n=2)], "s", [], None, None, "s")
+    with pytest.raises(ValueError, match="exactly one sample"):
+        await two.one()

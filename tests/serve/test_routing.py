@@ -88,3 +88,24 @@ def test_usage_extension_sums_every_generated_token() -> None:
     body = render.usage([result])
     assert body["completion_tokens"] == 15 and body["prompt_tokens"] == 13 and body["total_tokens"] == 28
     assert body["paragen"]["sequential_tokens"] == 10 and body["paragen"]["wasted_tokens"] == 3
+
+
+def test_plain_request_runs_on_the_servers_own_settings() -> None:
+    """A request that sets no sampling field and no budget is not re-validated into copies of the
+    server's settings on every request (the pass-through's hot path): it gets them as they are."""
+    served = router(deadline_s=5.0)
+    plan = served.plan(ChatRequest.model_validate({"model": "smollm2", "messages": Q}))
+    assert plan.defaults is served.defaults and plan.budget is served.budget and plan.samples == 1
+    limited = served.plan(
+        ChatRequest.model_validate({"model": "smollm2", "messages": Q, "paragen": {"budget": {}}})
+    )
+    assert limited.budget == served.budget
+
+
+@pytest.mark.parametrize("kind", [ChatRequest, CompletionRequest])
+@pytest.mark.parametrize("text", ["tok", " two words\n", 'quote " and \\ backslash', "\x00é\u2028日本", ""])
+def test_content_chunks_from_the_template_are_the_chunks(kind: Any, text: str) -> None:
+    field = {"messages": Q} if kind is ChatRequest else {"prompt": "What is 7 + 5?"}
+    plan = router().plan(kind.model_validate({"model": "smollm2", **field}))
+    fast = render.ContentChunks(plan, 1700000000, 2)
+    assert fast(text) == render.chunk(plan, 1700000000, 2, text=text)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 
@@ -46,17 +47,24 @@ def test_help_imports_nothing_heavy(args: list[str]) -> None:
 KEY = "pg-test-key-0123456789"
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    command = [sys.executable, "-m", "paragen.cli", "serve", "-b", "scripted", "--port", "0"]
-    command += ["--api-key-env", "PG_SERVE_KEY"]
-    env = {**os.environ, "PG_SERVE_KEY": KEY, "PYTHONUNBUFFERED": "1"}
+def start(command: list[str], env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen[str]]:
+    """A server started by ``command``, once it has printed its base URL on stderr."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert process.stderr is not None
     line = process.stderr.readline()
     match = re.search(r"on (http://\S+/v1)", line)
     assert match, line + process.stderr.read()
-    yield match[1], process
+    return match[1], process
+
+
+SERVE = [sys.executable, "-m", "paragen.cli", "serve", "-b", "scripted", "--port", "0"]
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    url, process = start([*SERVE, "--api-key-env", "PG_SERVE_KEY"], {"PG_SERVE_KEY": KEY})
+    yield url, process
     if process.poll() is None:
         process.kill()
         process.wait()
@@ -79,6 +87,41 @@ def test_serves_and_never_shows_the_key(server: tuple[str, subprocess.Popen[str]
     assert process.returncode == 0, err
     assert KEY not in out + err
     assert "POST /v1/chat/completions" in out, out  # the access log (method, path, status: no header)
+
+
+def test_no_access_log() -> None:
+    url, process = start([*SERVE, "--no-access-log"])
+    try:
+        assert httpx.get(f"{url}/models", timeout=30).status_code == 200
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0 and "GET /v1/models" not in out + err, out + err
+
+
+LOOP_APP = """
+import asyncio
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from paragen.serve.server import bind, run_server
+async def loop(request):
+    return PlainTextResponse(type(asyncio.get_running_loop()).__module__)
+sock = bind("127.0.0.1", 0)
+print(f"on http://127.0.0.1:{sock.getsockname()[1]}/v1", flush=True, file=__import__("sys").stderr)
+run_server(Starlette(routes=[Route("/v1/loop", loop)]), sock, log_level="warning")
+"""
+
+
+def test_served_on_uvloop_where_installed() -> None:
+    pytest.importorskip("uvloop")
+    url, process = start([sys.executable, "-c", LOOP_APP])
+    try:
+        assert httpx.get(f"{url}/loop", timeout=30).text.startswith("uvloop")
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+    assert process.returncode == 0
 
 
 def _taken_port() -> tuple[str, object]:
