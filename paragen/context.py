@@ -118,7 +118,9 @@ class RunContext:
             params=sampling,
             n=n,
             continue_final=continue_final,
-            affinity=self.problem.id,
+            # The problem, not its id alone: problems built without one all share the default id,
+            # and a pool would pin all of them to one replica.
+            affinity=f"{self.problem.id}\n{self.problem.question}",
         )
 
     # -- sampling --------------------------------------------------------------------------------

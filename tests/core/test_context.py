@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import anyio
 import pytest
 
@@ -379,3 +381,12 @@ async def test_one_sample_runs_in_the_callers_task_and_stops_like_a_fanout() -> 
     two = Fanout(Account(backend, ledger, "p", ""), [ctx.request(prompt="x", n=2)], "s", [], None, None, "s")
     with pytest.raises(ValueError, match="exactly one sample"):
         await two.one()
+
+
+async def test_requests_of_one_problem_share_an_affinity_other_problems_do_not() -> None:
+    seen: list[str | None] = []
+    backend = ScriptedBackend(lambda r, _i: seen.append(r.affinity) or Script(text=words(2)))
+    problems = [Problem(question="1 + 1?"), Problem(question="2 + 2?")]  # both with the default id
+    await Orchestrator(backend).run_many(TwoRounds(), problems)
+    per_key = Counter(seen)  # the two problems run at once: their requests interleave
+    assert len(per_key) == 2 and list(per_key.values()) == [len(seen) // 2] * 2, per_key
