@@ -221,7 +221,9 @@ class ChunkParser:
     def _take_prompt(self, usage: _Usage) -> None:
         base = self.base or Usage()
         if usage.prompt_tokens is not None:
-            self.usage.prompt_tokens = base.prompt_tokens + usage.prompt_tokens
+            # OpenAI's usage counts the prompt once per request; paragen's, as vLLM's own counter,
+            # once per choice (each choice of n > 1 is a request of its own on the server).
+            self.usage.prompt_tokens = base.prompt_tokens + usage.prompt_tokens * self.num_choices
         if usage.prompt_tokens_details is not None and usage.prompt_tokens_details.cached_tokens is not None:
             cached = usage.prompt_tokens_details.cached_tokens
             self.usage.cached_prompt_tokens = (base.cached_prompt_tokens or 0) + cached

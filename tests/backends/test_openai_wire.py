@@ -112,7 +112,8 @@ def test_parser_with_continuous_usage_counts_the_increase_per_choice() -> None:
     )
     assert [(d.index, d.num_tokens) for d in (a, b, c)] == [(0, 2), (1, 1), (0, 1)]
     assert c.finish_reason == "length" and not parser.is_done
-    assert (usage.prompt_tokens, usage.completion_tokens) == (4, 4)
+    # The server counts the prompt once for the request; paragen once per choice, as vLLM's counter.
+    assert (usage.prompt_tokens, usage.completion_tokens) == (8, 4)
 
 
 def test_parser_estimates_one_token_per_chunk_without_counts() -> None:
