@@ -67,7 +67,18 @@ def _build_engine(config: VLLMConfig) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM as Engine
     except ImportError:  # vLLM before the V1 engine
         Engine = vllm.AsyncLLMEngine
-    return Engine.from_engine_args(vllm.AsyncEngineArgs(**config.to_engine_kwargs()))
+    return Engine.from_engine_args(vllm.AsyncEngineArgs(**_cpu_safe(config.to_engine_kwargs())))
+
+
+def _cpu_safe(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Whole prefills on vLLM's CPU build unless the user chose otherwise: its CPU worker (0.32)
+    crashes on a seeded request whose prefill is chunked ("CPU Generator does not use offset"),
+    and every sample paragen sends under a sweep's --seed is seeded."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return {"enable_chunked_prefill": False, **kwargs}
+    return kwargs
 
 
 class VLLMBackend:
