@@ -47,13 +47,13 @@ typecheck: setup
 unit: setup
 	$(PY) -m pytest -q -m "not vllm and not vllm_server"
 
-# Real vLLM (not yet part of `make test`: these tests have not passed in one run here yet, see issue #11):
-# the OpenAI backend against `vllm serve` started from the vLLM venv, then the in-process tests inside it.
+# Real vLLM (part of `make test`, so of CI): the OpenAI backend against `vllm serve` started from the
+# vLLM venv, then the in-process backend and `paragen eval`'s SIGTERM path inside the vLLM venv.
 unit-vllm: setup setup-vllm
 	PARAGEN_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q -m vllm_server tests/backends
-	$(VLLM_PY) -m pytest -q -m vllm tests/backends/test_vllm_inprocess.py
+	$(VLLM_PY) -m pytest -q -m vllm tests/backends/test_vllm_inprocess.py tests/backends/test_vllm_sigterm.py
 
-test: lint typecheck unit
+test: lint typecheck unit unit-vllm
 
 test-vllm: unit-vllm
 

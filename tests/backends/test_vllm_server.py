@@ -145,19 +145,14 @@ STRATEGY_OPTIONS: dict[str, dict[str, object]] = {
 }
 
 
-def _strategies() -> list[object]:
-    # Seen on this server: SmolLM2's plan "3 + 4 = 7" makes the LLMCompiler planner's parser raise an
-    # AssertionError ("malformed plan") instead of replanning; a defect of that strategy, reported.
-    llmcompiler = pytest.mark.xfail(raises=AssertionError, strict=False, reason="planner asserts on junk")
-    return [
-        pytest.param(n, marks=llmcompiler) if n == "llmcompiler" else n
-        for n in sorted(names("paragen.strategies"))
-    ]
-
-
-@pytest.mark.parametrize("name", _strategies())
+@pytest.mark.parametrize("name", sorted(names("paragen.strategies")))
 async def test_every_builtin_strategy_runs_on_vllm(vllm_server: Server, name: str) -> None:
     backend = client(vllm_server)
+    if name == "hogwild":  # needs a shared KV cache; the error names the approximation to use
+        with pytest.raises(ConfigError, match="hogwild_text"):
+            await Orchestrator(backend).run(build_strategy(name), Problem(question="What is 3 + 4?"))
+        await backend.aclose()
+        return
     options = dict(STRATEGY_OPTIONS.get(name, {}))
     try:
         strategy = build_strategy(name, {**options, "n": 2})
@@ -165,7 +160,16 @@ async def test_every_builtin_strategy_runs_on_vllm(vllm_server: Server, name: st
         strategy = build_strategy(name, options)
     sampling = SamplingParams(max_tokens=24, temperature=0.7, seed=0)
     result = await Orchestrator(backend, defaults=sampling).run(strategy, Problem(question="What is 3 + 4?"))
-    assert result.stop_reason == "done", result.error
+    if name == "llmcompiler" and result.stop_reason == "error":
+        # SmolLM2 rarely writes a well-formed plan in 24 tokens; what must hold is that a malformed
+        # plan is replanned until the rounds run out and the run ends with that reason, not a crash.
+        assert (result.error or "").startswith("malformed plan"), result.error
+        assert result.metrics["rounds"] == strategy.config.max_replans  # type: ignore[attr-defined]
+    elif name == "react" and result.stop_reason == "error":
+        # Nor does it often call Finish in 24 tokens: the agent loop must end at its step limit.
+        assert (result.error or "").startswith("no Finish(answer)"), result.error
+    else:
+        assert result.stop_reason == "done", result.error
     assert result.usage.total_tokens > 0 and not [t.error for t in result.traces if t.status == "error"]
     assert vllm_server.wait_idle()["vllm:num_requests_running"] == 0
     await backend.aclose()
@@ -206,7 +210,10 @@ async def test_pool_of_vllm_and_llama_cpp_fails_over_and_takes_the_replica_back(
         on_llama = result.usage.total_tokens - on_vllm  # made by llama before it died, counted once
         assert 0 < on_llama <= 48 and all(t.completion_tokens <= 48 for t in samples)
         llama.restart(120.0)
-        await anyio.sleep(0.6)  # its health check is due
+        with anyio.fail_after(30):  # the pool's health check (due every 0.5 s) takes it back
+            while not llama_replica.is_up:
+                await backend.check_health()
+                await anyio.sleep(0.1)
         await orchestrator.run(build_strategy("majority", {"n": 2}), Problem(question="2 + 2?"))
         assert (
             llama_replica.is_up and llama_replica.num_requests == 6
