@@ -79,8 +79,14 @@ def eval_command(
         str, typer.Option("-s", "--strategies", "--strategy", help="comma-separated strategy names")
     ] = "single",
     ns: Annotated[
-        str, typer.Option("-n", "--n", help="comma-separated n values for strategies with an n")
-    ] = "1",
+        str | None,
+        typer.Option(
+            "-n",
+            "--n",
+            help="comma-separated n values: samples, or hogwild's workers "
+            "(default: 1 sample; hogwild and hogwild_text: their 2 workers)",
+        ),
+    ] = None,
     strategy_opt: StrategyOpts = [],  # noqa: B006
     backend: BackendOpt = "engine",
     model: ModelOpt = None,
@@ -130,7 +136,7 @@ def eval_command(
         )
         settings = {
             "strategies": names,
-            "ns": unique(parse_ns(ns), "--n"),
+            "ns": None if ns is None else unique(parse_ns(ns), "--n"),
             "backend": choose_backend(backend, model=model, base_url=base_url, options=backend_opt),
             "strategy_options": parse_strategy_options(strategy_opt, names),
             "sampling": validated(SamplingParams, max_tokens=max_tokens, temperature=temperature, seed=seed),

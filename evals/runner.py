@@ -50,13 +50,14 @@ from paragen.config import Budget, spec_without_credentials
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
 from paragen.registry import load_strategy
-from paragen.strategy import Strategy, build_strategy
+from paragen.strategy import Strategy, build_strategy, count_field
 from paragen.types import Problem, SamplingParams, StrategyResult
 
 
 @dataclass(frozen=True)
 class Combo:
-    """One strategy configuration of the sweep (``n`` is 1 for strategies without an ``n``)."""
+    """One strategy configuration of the sweep: ``n`` is the value of its count field (samples, or
+    Hogwild!'s workers), 1 for strategies without one."""
 
     name: str
     n: int
@@ -64,32 +65,41 @@ class Combo:
 
 
 def build_combos(
-    names: Sequence[str], ns: Sequence[int], options: dict[str, dict[str, Any]] | None = None
+    names: Sequence[str], ns: Sequence[int] | None, options: dict[str, dict[str, Any]] | None = None
 ) -> list[Combo]:
-    """Every strategy at every n (strategies whose Config has no ``n`` field run once)."""
+    """Every strategy at every n, set on its count field (``n``; ``workers`` for hogwild).
+
+    Strategies without a count field run once. ``ns=None`` (no ``--n`` given): samplers run at
+    n = 1, and strategies whose count is something else (hogwild's workers) at their own default.
+    """
     if not names:
         raise ConfigError("no strategy given", hint="pass e.g. -s single,majority")
     combos = []
     for name in names:
         extra = dict((options or {}).get(name, {}))
-        if "n" not in load_strategy(name).Config.model_fields:
+        cls = load_strategy(name)
+        field_name = count_field(cls)
+        if field_name is None:
             combos.append(Combo(name, 1, build_strategy(name, extra)))
-            continue
-        combos.extend(_combos_over_n(name, ns, extra))
+        elif ns is None and field_name != "n":
+            strategy = build_strategy(name, extra)
+            combos.append(Combo(name, getattr(strategy.config, field_name), strategy))
+        else:
+            combos.extend(_combos_over_n(name, field_name, [1] if ns is None else ns, extra))
     return combos
 
 
-def _combos_over_n(name: str, ns: Sequence[int], extra: dict[str, Any]) -> list[Combo]:
-    """One combo per n; a strategy whose ``n`` only admits 1 (e.g. single) runs once at n=1."""
-    if not _admits_many(name):
-        return [Combo(name, 1, build_strategy(name, {**extra, "n": 1}))]
-    return [Combo(name, n, build_strategy(name, {**extra, "n": n})) for n in ns]
+def _combos_over_n(name: str, field_name: str, ns: Sequence[int], extra: dict[str, Any]) -> list[Combo]:
+    """One combo per n; a strategy whose count only admits 1 (e.g. single) runs once at n=1."""
+    if not _admits_many(name, field_name):
+        return [Combo(name, 1, build_strategy(name, {**extra, field_name: 1}))]
+    return [Combo(name, n, build_strategy(name, {**extra, field_name: n})) for n in ns]
 
 
-def _admits_many(name: str) -> bool:
-    """Whether the strategy's ``n`` field allows more than 1, read from its bounds (nothing is built,
+def _admits_many(name: str, field_name: str) -> bool:
+    """Whether the strategy's count field allows more than 1, read from its bounds (nothing is built,
     so a constraint tied to n, like ffs_k's k <= n, is checked at each real n instead)."""
-    for bound in load_strategy(name).Config.model_fields["n"].metadata:
+    for bound in load_strategy(name).Config.model_fields[field_name].metadata:
         le, lt = getattr(bound, "le", None), getattr(bound, "lt", None)
         if (le is not None and le < 2) or (lt is not None and lt <= 2):
             return False

@@ -26,6 +26,7 @@ from paragen.cli_options import (
     TemperatureOpt,
     build_backend,
     check_out_file,
+    count_option,
     parse_strategy_options,
     validated,
 )
@@ -48,7 +49,9 @@ app = typer.Typer(
 def run(
     question: Annotated[str, typer.Argument(help="the problem to solve")],
     strategy: Annotated[str, typer.Option("--strategy", "-s", help="strategy name")] = "majority",
-    n: Annotated[int | None, typer.Option("-n", "--n", help="samples (the strategy's n)")] = None,
+    n: Annotated[
+        int | None, typer.Option("-n", "--n", help="samples (the strategy's n; hogwild: its workers)")
+    ] = None,
     strategy_opt: StrategyOpts = [],  # noqa: B006
     backend: BackendOpt = "engine",
     model: ModelOpt = None,
@@ -71,7 +74,7 @@ def run(
 
     options = parse_strategy_options(strategy_opt, [strategy])[strategy]
     if n is not None:
-        options["n"] = n
+        options[count_option(strategy)] = n
     sampling = validated(SamplingParams, temperature=temperature, max_tokens=max_tokens, seed=seed)
     budget = validated(Budget, max_total_tokens=max_total_tokens, deadline_s=deadline)
     chosen = build_strategy(strategy, options)

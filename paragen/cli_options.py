@@ -1,6 +1,6 @@
 """The flags `paragen run` and `paragen eval` share, defined once so that one flag means one thing.
 
-    -s/--strategy        strategy name(s)             -n/--n          samples (eval: a list, 1,4,8)
+    -s/--strategy        strategy name(s)             -n/--n          samples or workers (eval: list)
     -O/--strategy-opt    [STRATEGY.]KEY=VALUE         -b/--backend    KIND[:TARGET]
     --backend-opt        KEY=VALUE                    -m/--model      --base-url
     --seed               sampling seed                --temperature   --max-tokens
@@ -121,6 +121,7 @@ def parse_strategy_options(items: Sequence[str], strategies: Sequence[str]) -> d
     A NAME that is not among ``strategies`` is refused, not ignored: the user meant something.
     """
     from paragen.registry import load_strategy
+    from paragen.strategy import count_field
 
     grouped: dict[str, dict[str, Any]] = {name: {} for name in strategies}
     for key, raw in parse_pairs(items, "--strategy-opt"):
@@ -134,11 +135,28 @@ def parse_strategy_options(items: Sequence[str], strategies: Sequence[str]) -> d
                     f"strategy option {key!r} names {target!r}, which is not among the chosen strategies",
                     hint=f"chosen: {', '.join(strategies)}",
                 )
-            if field == "n":  # one way to set n, or an eval's --n would silently override it
-                raise ConfigError(f"strategy option {key!r}: n is set with -n", hint="e.g. -n 8, or -n 1,4,8")
-            config = getattr(load_strategy(target), "Config", None)
+            cls = load_strategy(target)
+            # One way to set the count (n, or hogwild's workers): else an eval's --n would override it.
+            if field in ("n", count_field(cls)):
+                hint = "e.g. -n 8, or -n 1,4,8"
+                raise ConfigError(f"strategy option {key!r}: {target}'s {field} is set with -n", hint=hint)
+            config = getattr(cls, "Config", None)
             grouped[target].update(typed_options([(field, raw)], config))
     return grouped
+
+
+def count_option(strategy: str) -> str:
+    """The config field ``-n`` sets for ``strategy`` (``n``; hogwild's ``workers``); refused if none."""
+    from paragen.registry import load_strategy
+    from paragen.strategy import count_field
+
+    field = count_field(load_strategy(strategy))
+    if field is None:
+        raise ConfigError(
+            f"strategy {strategy!r} has no n, so -n does not apply to it",
+            hint="drop -n; `paragen strategies` lists its config fields",
+        )
+    return field
 
 
 def unique(values: Sequence[Any], flag: str) -> list[Any]:

@@ -47,6 +47,8 @@ class BaseStrategy(Generic[ConfigT]):
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[StrategyConfig]] = StrategyConfig
+    # The config field that ``-n`` sets (a sweep's n): samples for most strategies; Hogwild!'s workers.
+    count_field: ClassVar[str] = "n"
     config: ConfigT
 
     def __init__(self, config: ConfigT | None = None, **overrides: Any) -> None:
@@ -73,6 +75,17 @@ def _first_error(exc: ValidationError) -> str:
 
 def _fields_hint(config: type[BaseModel]) -> str:
     return "fields: " + ", ".join(f"{name}" for name in config.model_fields)
+
+
+def count_field(cls: Any) -> str | None:
+    """The config field of strategy class ``cls`` that ``-n`` sets, or None when it has none.
+
+    ``n`` unless the class names another in ``count_field`` (``hogwild``: ``workers``, so
+    ``--n 2,4`` sweeps its workers). Plugins without the attribute get ``n`` if their Config has it.
+    """
+    fields = getattr(getattr(cls, "Config", None), "model_fields", None) or {}
+    name = getattr(cls, "count_field", "n")
+    return name if isinstance(name, str) and name in fields else None
 
 
 def build_strategy(name: str, options: dict[str, Any] | None = None) -> Strategy:

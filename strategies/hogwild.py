@@ -81,6 +81,7 @@ class Hogwild(BaseStrategy[HogwildConfig]):
 
     name = "hogwild"
     Config = HogwildConfig
+    count_field = "workers"  # -n sets the workers (a sweep's --n 2,4 compares team sizes)
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         if not ctx.capabilities.shared_cache:

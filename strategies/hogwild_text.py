@@ -71,6 +71,7 @@ class HogwildText(BaseStrategy[HogwildTextConfig]):
 
     name = "hogwild_text"
     Config = HogwildTextConfig
+    count_field = "workers"  # -n sets the workers (a sweep's --n 2,4 compares team sizes)
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         caps = ctx.capabilities
