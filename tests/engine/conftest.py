@@ -22,7 +22,7 @@ def smol_dir() -> Path:
     return loader.resolve(None)
 
 
-def _tiny(tmp: Path, smol: Path, arch: str) -> Path:
+def _tiny(tmp: Path, smol: Path, arch: str, *, max_positions: int = 512) -> Path:
     tokenizer = transformers.AutoTokenizer.from_pretrained(smol)
     common = dict(
         vocab_size=len(tokenizer),
@@ -31,7 +31,7 @@ def _tiny(tmp: Path, smol: Path, arch: str) -> Path:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=max_positions,
         eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
     )

@@ -6,13 +6,16 @@ import importlib.util
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import anyio
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from paragen.backends.engine import EngineBackend  # noqa: E402
+from paragen.backends.base import SharedSample  # noqa: E402
+from paragen.backends.engine import EngineBackend, EngineSharedSession  # noqa: E402
 from paragen.config import Budget  # noqa: E402
 from paragen.engine import loader  # noqa: E402
 from paragen.orchestrator import Orchestrator  # noqa: E402
@@ -55,6 +58,13 @@ async def tiny(tiny_path: Path) -> AsyncIterator[EngineBackend]:
     backend = EngineBackend.from_spec(str(tiny_path), dtype="float32", num_blocks=NUM_BLOCKS, block_size=4)
     yield backend
     await backend.aclose()
+
+
+@pytest.fixture(scope="module")
+def roomy_path(tmp_path_factory: pytest.TempPathFactory, smol_path: Path) -> Path:
+    """The tiny Llama with 4096 positions: three workers run ~1200 passes before its context is full."""
+    folder = tmp_path_factory.mktemp("hogwild-roomy")
+    return Path(_engine_fixtures()._tiny(folder, smol_path, "llama", max_positions=4096))
 
 
 @pytest.fixture
@@ -101,13 +111,27 @@ async def test_two_workers_account_passes_and_free_every_block(tiny: EngineBacke
     assert tiny.engine.num_free_blocks == NUM_BLOCKS
 
 
-async def test_a_cancelled_run_frees_every_block(tiny: EngineBackend) -> None:
-    # The tiny model's 512 positions fill in ~130 passes of 3 workers; 0.1 s cuts the run well before
-    # on any CPU (the deadline may land in the prefill or mid-way: both must free every block).
-    result = await _run(tiny, Hogwild(workers=3), max_tokens=4000, budget=Budget(deadline_s=0.1))
-    assert result.stop_reason == "deadline", result.error
-    assert result.traces and all(t.status == "cancelled" for t in result.traces)
-    assert tiny.engine.num_free_blocks == NUM_BLOCKS
+async def test_a_cancelled_run_frees_every_block(roomy_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The deadline must land while the workers decode. With 512 positions the system prompt leaves
+    # room for ~7 passes of 3 workers, and a fast CPU finished them and the finisher inside 0.1 s.
+    # Here the context holds ~1200 passes and each is paced to at least 20 ms, so the 0.3 s deadline
+    # cuts the run after at most ~15 passes on any CPU (in a pass on the step thread or in the pacing
+    # sleep: both must free every block).
+    real_forward = EngineSharedSession.forward
+
+    async def paced_forward(self: EngineSharedSession, *args: Any, **kwargs: Any) -> list[SharedSample]:
+        await anyio.sleep(0.02)
+        return await real_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(EngineSharedSession, "forward", paced_forward)
+    backend = EngineBackend.from_spec(str(roomy_path), dtype="float32", num_blocks=NUM_BLOCKS, block_size=4)
+    try:
+        result = await _run(backend, Hogwild(workers=3), max_tokens=4000, budget=Budget(deadline_s=0.3))
+        assert result.stop_reason == "deadline", result.error
+        assert result.traces and all(t.status == "cancelled" for t in result.traces)
+        assert backend.engine.num_free_blocks == NUM_BLOCKS
+    finally:
+        await backend.aclose()
 
 
 async def test_the_total_budget_stops_the_workers(tiny: EngineBackend) -> None:
