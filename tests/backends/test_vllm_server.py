@@ -14,13 +14,14 @@ import anyio
 import pytest
 from real_servers import SERVED_NAME, Server, start_llama, start_vllm
 
+from paragen.backends import openai_stream
 from paragen.backends.base import generate
 from paragen.backends.openai import OpenAIBackend
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
 from paragen.registry import names
 from paragen.strategy import build_strategy
-from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams
+from paragen.types import ChatMessage, Delta, GenerateRequest, Problem, SamplingParams
 
 pytestmark = [pytest.mark.server, pytest.mark.vllm_server, pytest.mark.anyio]
 
@@ -175,21 +176,35 @@ async def test_every_builtin_strategy_runs_on_vllm(vllm_server: Server, name: st
     await backend.aclose()
 
 
-async def _kill_when_streaming(server: Server, backend: OpenAIBackend) -> None:
-    """Kill ``server`` (replica 0) once a stream on it has produced tokens."""
-    replica = backend.pool.replicas[0]
+def _watch_first_token(monkeypatch: pytest.MonkeyPatch) -> anyio.Event:
+    """An event set when the first delta with text arrives, on any stream of the backend."""
+    first_token = anyio.Event()
+
+    class Watching(openai_stream.ChunkParser):
+        def parse(self, data: str) -> list[Delta]:
+            deltas = super().parse(data)
+            if any(d.num_tokens for d in deltas):
+                first_token.set()
+            return deltas
+
+    monkeypatch.setattr(openai_stream, "ChunkParser", Watching)
+    return first_token
+
+
+async def _kill_at(server: Server, event: anyio.Event) -> None:
+    """Kill ``server`` as a crash would, once ``event`` is set."""
     with anyio.fail_after(120):
-        while True:  # a poll: the pool has no event to wait on
-            if replica.num_outstanding:
-                break
-            await anyio.sleep(0.05)
-    await anyio.sleep(1.5)  # let the first stream get well under way
+        await event.wait()
     server.kill()
 
 
 async def test_pool_of_vllm_and_llama_cpp_fails_over_and_takes_the_replica_back(
-    vllm_server: Server, tmp_path: Path
+    vllm_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # llama.cpp's server runs one request at a time: killed at the first token of the first stream,
+    # it dies with that stream cut after a few tokens and the other three waiting. (Killed on a clock
+    # instead, a quiet machine had finished one stream and most of a second: 86 tokens on llama.)
+    first_token = _watch_first_token(monkeypatch)
     llama = start_llama(tmp_path / "llama.log")
     try:
         backend = client(llama, base_urls=[vllm_server.url], backoff=0.0, max_retries=2)
@@ -200,7 +215,7 @@ async def test_pool_of_vllm_and_llama_cpp_fails_over_and_takes_the_replica_back(
         sampling = SamplingParams(max_tokens=48, temperature=0.8, seed=2)
         orchestrator = Orchestrator(backend, defaults=sampling)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_kill_when_streaming, llama, backend)
+            tg.start_soon(_kill_at, llama, first_token)
             result = await orchestrator.run(build_strategy("majority", {"n": 4}), Problem(question="7 + 8?"))
         # The samples of one problem went to one replica (llama, the first), which died under them.
         assert llama_replica.num_requests == 4 and not llama_replica.is_up
