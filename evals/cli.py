@@ -119,9 +119,13 @@ def eval_command(
         bool, typer.Option(help="with --resume: record changed settings as a new run in the same folder")
     ] = False,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
-    plot: Annotated[bool, typer.Option(help="write pareto.png beside the records")] = True,
+    plot: Annotated[
+        bool | None,
+        typer.Option(help="write pareto.png beside the records (default: when matplotlib is installed)"),
+    ] = None,
 ) -> None:
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
+    from evals.plots import INSTALL_HINT, MISSING, can_plot, require_plotting
     from evals.tasks import Selection, get_task
 
     try:
@@ -150,12 +154,16 @@ def eval_command(
             "new_run": new_run,
         }
         check_out_folder(out)
+        if plot:
+            require_plotting()
         records = run_sweep(task_obj, selection, settings)
     except ParagenError as exc:
         _fail(exc)
         return
     typer.echo(f"{len(records)} records in {out / 'records.jsonl'}")
-    _show(out, fmt="table", do_regrade=False, plot=plot)
+    if plot is None and not can_plot():
+        typer.echo(f"no plot: {MISSING} ({INSTALL_HINT})", err=True)
+    _show(out, fmt="table", do_regrade=False, plot=can_plot() if plot is None else plot)
     _end_of_run(records)
 
 
@@ -232,7 +240,11 @@ def report_command(
     plot: Annotated[bool, typer.Option(help="write pareto.png beside the records")] = False,
 ) -> None:
     """Summarize a run's records: accuracy with CIs, latency, tokens, offline estimates, matched budgets."""
+    from evals.plots import require_plotting
+
     try:
+        if plot:
+            require_plotting()
         _show(run, fmt=fmt, do_regrade=regrade, plot=plot)
     except ParagenError as exc:
         _fail(exc)

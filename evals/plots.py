@@ -13,6 +13,26 @@ from pathlib import Path
 from typing import Any
 
 from evals.metrics import Point, pareto_front
+from paragen.errors import ConfigError
+
+MISSING = "matplotlib is not installed"
+INSTALL_HINT = "pip install 'paragen[plots]', or pass --no-plot"
+
+
+def can_plot() -> bool:
+    """Whether matplotlib (the ``plots`` extra) imports here."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def require_plotting() -> None:
+    """Refuse an asked-for plot before any work is done, when it could not be drawn."""
+    if not can_plot():
+        raise ConfigError(f"cannot write the plot: {MISSING}", hint=INSTALL_HINT)
+
 
 AXES = (
     ("latency_mean", "mean latency per problem (s)"),

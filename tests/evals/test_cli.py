@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,35 @@ def test_register_adds_both_commands() -> None:
     host = typer.Typer()
     register(host)
     assert {c.name for c in host.registered_commands} == {"eval", "report"}
+
+
+def _eval_args(out: Path) -> list[str]:
+    return ["eval", "-t", "arith", "-s", "t_single", "--backend", "scripted", "--limit", "2",
+            "--no-progress", "--out", str(out)]  # fmt: skip
+
+
+def test_without_matplotlib_eval_says_so_and_keeps_its_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default plot is skipped with one line; before, the run ended in a traceback."""
+    register_test_strategies()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what `import matplotlib` sees when absent
+    result = runner.invoke(app, _eval_args(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    assert "no plot: matplotlib is not installed (pip install 'paragen[plots]'" in result.stderr
+    assert len((tmp_path / "r" / "records.jsonl").read_text().splitlines()) == 2
+    assert not (tmp_path / "r" / "pareto.png").exists()
+
+
+def test_without_matplotlib_an_asked_for_plot_is_refused_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_dir: Path
+) -> None:
+    register_test_strategies()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = tmp_path / "r"
+    for args in ([*_eval_args(out), "--plot"], ["report", str(run_dir), "--plot"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        (line,) = result.stderr.splitlines()
+        assert "cannot write the plot: matplotlib is not installed" in line and "--no-plot" in line
+    assert not out.exists()  # refused before anything was generated or written
