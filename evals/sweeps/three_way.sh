@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The same eval sweep on SmolLM2 three ways: paragen's engine, vLLM in-process, `vllm serve`.
-# Needs `make setup setup-vllm`. Usage: evals/sweeps/three_way.sh [OUT_DIR] [LIMIT]
-# Writes OUT_DIR/{engine,vllm,serve}/ run folders and prints `paragen report` for each.
+# Needs `make setup setup-vllm`. Usage: evals/sweeps/three_way.sh [OUT_DIR] [LIMIT] [EVAL_ARGS...]
+# Writes OUT_DIR/{engine,vllm,serve}/ run folders and prints `paragen report` for each. EVAL_ARGS go to
+# every leg: `evals/sweeps/three_way.sh runs/three-way 48 --resume` adds problems 17-48 to a run of 16.
+# The server's port is fixed (PORT, default 8765) because it is part of the serve leg's recorded settings.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-runs/three-way}
 limit=${2:-16}
+shift $(( $# < 2 ? $# : 2 ))
 threads=${THREADS:-2}
 model=$(.venv/bin/python -c "from paragen.engine.loader import resolve; print(resolve(None))")
 sweep=(-t arith --limit "$limit" -s single,majority,ffs --n 4,8 --max-tokens 256 --temperature 0.7
-       --seed 0 --offline --no-progress)
+       --seed 0 --offline --no-progress "$@")
 # vLLM's CPU settings: KV cache in GiB, threads as the engine's, no core binding on a shared machine,
 # float32 weights as the engine's (bf16, vLLM's default here, ran 4.1x slower on this CPU, which has
 # no native bf16: 14.0 against 57.9 tokens/s for 32 choices of 64 tokens, measured side by side).
@@ -21,7 +24,7 @@ export VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS
     --backend-opt enforce_eager=true --backend-opt max_model_len=2048 --backend-opt max_num_seqs=64 \
     --backend-opt dtype=float32
 
-port=$(.venv/bin/python -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+port=${PORT:-8765}
 .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model "$model" --served-model-name smollm2 \
     --host 127.0.0.1 --port "$port" --max-model-len 2048 --max-num-seqs 64 --enforce-eager --dtype float32 \
     --enable-prompt-tokens-details --seed 0 --disable-uvicorn-access-log \
