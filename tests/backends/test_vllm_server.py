@@ -11,15 +11,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 from real_servers import SERVED_NAME, Server, start_llama, start_vllm
 
 from paragen.backends import openai_stream
 from paragen.backends.base import generate
 from paragen.backends.openai import OpenAIBackend
+from paragen.backends.openai_wire import ChunkParser
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
 from paragen.registry import names
+from paragen.serve import ServeConfig, create_app, serve_in_thread
 from paragen.strategy import build_strategy
 from paragen.types import ChatMessage, Delta, GenerateRequest, Problem, SamplingParams
 
@@ -90,6 +93,39 @@ async def test_leaving_a_stream_stops_the_generation(vllm_server: Server) -> Non
     assert after["vllm:num_requests_running"] == 0
     assert after["vllm:generation_tokens_total"] - before == seen  # not 1500: the server stopped
     await backend.aclose()
+
+
+async def test_a_client_leaving_paragen_serve_stops_vllm(vllm_server: Server) -> None:
+    """client -> `paragen serve` (majority of 4) -> vLLM: the client hangs up, vLLM stops all four."""
+    backend = client(vllm_server, extra_body=NO_EOS, max_retries=0)  # 1500 tokens each unless aborted
+    before = generated(vllm_server)
+    body = {
+        "model": f"majority-4/{SERVED_NAME}",
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "stream": True,
+        "max_tokens": 1500,
+        "temperature": 0.8,
+    }
+    app = create_app(backend, ServeConfig(model_names=(SERVED_NAME,)), close_backend=True)
+    with serve_in_thread(app) as url:
+        async with httpx.AsyncClient(timeout=60.0) as http:
+            async with http.stream("POST", f"{url}/chat/completions", json=body) as response:
+                lines = response.aiter_lines()  # kept: a dropped iterator would close the connection now
+                started = 0
+                async for line in lines:
+                    started += line.startswith(": paragen") and '"sample_started"' in line
+                    if started == 4:
+                        break
+                with anyio.fail_after(120):  # all four decoding on vLLM, then the client hangs up
+                    while True:  # a poll: vLLM's gauges are the witness
+                        if vllm_server.metrics().get("vllm:num_requests_running", 0) == 4:
+                            break
+                        await anyio.sleep(0.1)
+            after = vllm_server.wait_idle(timeout=15.0)
+            served = (await http.get(url.removesuffix("/v1") + "/health")).json()
+    assert after["vllm:num_requests_running"] == 0 and after.get("vllm:kv_cache_usage_perc", 0) == 0
+    assert after["vllm:generation_tokens_total"] - before < 4 * 1500 / 2  # stopped, not run out
+    assert served["runs_running"] == 0 and served["samples_running"] == 0
 
 
 async def test_n_choices_in_one_request_with_exact_and_cached_prompt_counts(vllm_server: Server) -> None:
@@ -180,7 +216,7 @@ def _watch_first_token(monkeypatch: pytest.MonkeyPatch) -> anyio.Event:
     """An event set when the first delta with text arrives, on any stream of the backend."""
     first_token = anyio.Event()
 
-    class Watching(openai_stream.ChunkParser):
+    class Watching(ChunkParser):
         def parse(self, data: str) -> list[Delta]:
             deltas = super().parse(data)
             if any(d.num_tokens for d in deltas):
