@@ -3,7 +3,7 @@
 The shared-cache path touched ``Model.forward`` (an optional attention argument, and the RoPE slice
 starting at a variable head instead of 0); this checks that a plain decode step costs what it did.
 Both models hold the same weights and run the same engine's batch step by step, alternating in
-rounds, so both see the same load; each figure is the best step of its rounds. Last line JSON:
+rounds (in ABBA order), so both see the same load; each figure is the best step of its rounds. Last line JSON:
 {"after_over_before_n1", "after_over_before_n8", "raw"}.
 """
 
@@ -21,6 +21,7 @@ from types import ModuleType
 
 from paragen.engine import loader
 from paragen.engine.llm_engine import LLMEngine
+from paragen.engine.model import Model
 from paragen.types import SamplingParams
 
 ROUNDS, STEPS, CONTEXT = 6, 10, 600
@@ -50,17 +51,19 @@ def best_ms(engine: LLMEngine) -> float:
     return 1000 * min(times)
 
 
-def compare(engine: LLMEngine, before: object, n: int) -> tuple[float, float]:
-    after = engine.runner.model
+def compare(engine: LLMEngine, before: object, after: object, n: int) -> tuple[float, float]:
+    own = engine.runner.model
     ids = engine.tokenizer(TEXT * 60, add_special_tokens=False)["input_ids"][:CONTEXT]
     engine.add_request(ids, SamplingParams(max_tokens=10_000, temperature=0.7, seed=0), n, ignore_eos=True)
     engine.step()
     times: dict[str, list[float]] = {"before": [], "after": []}
-    for _ in range(ROUNDS):
-        for name, model in (("before", before), ("after", after)):
+    pair = [("before", before), ("after", after)]
+    for round_ in range(ROUNDS):
+        # ABBA order: whichever model runs second in a round does not always get the warmer caches.
+        for name, model in pair if round_ % 2 == 0 else pair[::-1]:
             engine.runner.model = model  # type: ignore[assignment]
             times[name].append(best_ms(engine))
-    engine.runner.model = after
+    engine.runner.model = own
     for seq_id in list(engine.seqs):
         engine.abort(seq_id)
     return min(times["before"]), min(times["after"])
@@ -75,10 +78,14 @@ def main() -> None:
     engine = LLMEngine(args.model, dtype=args.dtype)
     old = model_module_at(args.rev)
     tensors = loader.load_tensors(loader.resolve(args.model))
-    before = old.Model(engine.cfg, tensors, engine.dtype, str(engine.model.device))
+    device = str(engine.model.device)
+    # Both built here the same way: the engine's own model, loaded earlier, ran 1-3% apart from a
+    # second instance of the very same code (an A/A run, --rev HEAD), which is placement, not code.
+    before = old.Model(engine.cfg, tensors, engine.dtype, device)
+    after = Model(engine.cfg, tensors, engine.dtype, device)
     raw: dict[str, float] = {}
     for n in (1, 8):
-        b, a = compare(engine, before, n)
+        b, a = compare(engine, before, after, n)
         raw |= {f"before_n{n}_ms": round(b, 2), f"after_n{n}_ms": round(a, 2)}
         print(f"n={n}: before {b:.2f} ms/step, after {a:.2f} ms/step")
     print(f"{engine.dtype}, {engine.num_threads} threads, context {CONTEXT}, rev {args.rev}")
