@@ -50,6 +50,7 @@ def serve_command(
     from paragen.serve.server import bind
 
     api_key = _api_key(api_key_env)
+    _check_log_level(log_level)
     config = _validated(
         ServeConfig,
         model_names=tuple(served_model_name) or ("pending",),
@@ -87,6 +88,14 @@ def _serve(
         await uvicorn_server(app, log_level=log_level, access_log=access_log).serve(sockets=[sock])
 
     run_in_foreground(main)
+
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
+
+
+def _check_log_level(level: str) -> None:
+    if level.lower() not in LOG_LEVELS:
+        raise ConfigError(f"bad --log-level {level!r}", hint=f"use one of {', '.join(LOG_LEVELS)}")
 
 
 def _api_key(variable: str | None) -> str | None:

@@ -26,6 +26,8 @@ from paragen.errors import ConfigError
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: any free port)."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"bad --port {port}: it must be 0-65535 (0: any free port)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

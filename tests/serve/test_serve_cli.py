@@ -139,6 +139,9 @@ def _taken_port() -> tuple[str, object]:
         (["-b", "scripted", "--temperature", "-2"], {}, "bad value for --temperature"),
         (["-b", "scripted", "--port", "nope"], {}, "'--port'"),
         (["-b", "scripted", "--host", "256.1.1.1"], {}, "cannot listen on 256.1.1.1"),
+        (["-b", "scripted", "--port", "99999"], {}, "bad --port 99999: it must be 0-65535"),
+        (["-b", "scripted", "--port", "-1"], {}, "bad --port -1"),
+        (["-b", "scripted", "--log-level", "nope"], {}, "bad --log-level 'nope'"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args: list[str], env: dict[str, str], message: str) -> None:
