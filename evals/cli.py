@@ -161,9 +161,10 @@ def eval_command(
         _fail(exc)
         return
     typer.echo(f"{len(records)} records in {out / 'records.jsonl'}")
-    if plot is None and not can_plot():
+    draw = can_plot() if plot is None else plot
+    if plot is None and not draw:
         typer.echo(f"no plot: {MISSING} ({INSTALL_HINT})", err=True)
-    _show(out, fmt="table", do_regrade=False, plot=can_plot() if plot is None else plot)
+    _show(out, fmt="table", do_regrade=False, plot=draw)
     _end_of_run(records)
 
 

@@ -62,12 +62,14 @@ def build_group(
     widths = [max(len(r.tables[s]) for r in rows if s < len(r.tables)) for s in range(num_segments)]
     bounds = [0, *itertools.accumulate(w * block_size for w in widths)]
     ranges = list(itertools.pairwise(bounds))
-    visible = torch.zeros(b, t, bounds[-1], dtype=torch.bool)
+    sizes = torch.tensor([e - a for a, e in ranges])
+    local = torch.arange(bounds[-1]) - torch.tensor(bounds[:-1]).repeat_interleave(sizes)  # in its segment
+    visible = torch.empty(b, t, bounds[-1], dtype=torch.bool)
     rot = torch.zeros(b, num_segments, t, dtype=torch.long)
     per_row: list[list[int]] = []
     for i, row in enumerate(rows):
         per_row.append(_padded_blocks(row, widths))
-        _mark_visible(visible[i], row, ranges)
+        _mark_visible(visible[i], row, ranges, sizes, local)
         rot[i, : len(row.lengths)] = torch.tensor(query_positions(row))
     tables = torch.tensor(per_row, dtype=torch.long)
     heads = torch.arange(num_kv_rows).unsqueeze(1) * num_blocks
@@ -96,17 +98,20 @@ def _padded_blocks(row: RowPlan, widths: list[int]) -> list[int]:
     return blocks
 
 
-def _mark_visible(visible: torch.Tensor, row: RowPlan, ranges: list[tuple[int, int]]) -> None:
+def _mark_visible(
+    visible: torch.Tensor,
+    row: RowPlan,
+    ranges: list[tuple[int, int]],
+    sizes: torch.Tensor,  # slots per segment position
+    local: torch.Tensor,  # per slot: its position inside its segment position's range
+) -> None:
     """[T, L]: each segment's slots up to its length; in the own (last) segment, not the future."""
     t, own = row.num_new, len(row.lengths) - 1
-    for s, length in enumerate(row.lengths):
-        a, e = ranges[s]
-        local = torch.arange(e - a)
-        vis = (local < length).expand(t, -1)
-        if s == own:  # the new tokens sit at own_first + 0..t-1 of their own segment
-            own_first = length - t
-            vis = vis & (local.unsqueeze(0) <= (own_first + torch.arange(t)).unsqueeze(1))
-        visible[:, a:e] = vis
+    lengths = torch.tensor(row.lengths + [0] * (len(ranges) - len(row.lengths)))
+    visible.copy_((local < lengths.repeat_interleave(sizes)).expand(t, -1))
+    a, e = ranges[own]
+    own_first = row.lengths[own] - t  # the new tokens sit at own_first + 0..t-1 of their own segment
+    visible[:, a:e] &= local[a:e].unsqueeze(0) <= (own_first + torch.arange(t)).unsqueeze(1)
 
 
 def shared_attention(
