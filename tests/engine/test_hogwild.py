@@ -101,6 +101,15 @@ def check_views(model_dir: Path, atol: float) -> None:
     # The key-rotation reference agrees with a plain forward where the contexts match.
     torch.testing.assert_close(ref.rerotated(cache, [P, X], ids["D"]), want[3], atol=atol, rtol=0)
     assert [cache.length(s) for s in (P, X, Y, A, B, C, D)] == [len(ids[k]) for k in "PXYABCD"]
+    # One token per row, views of 4, 4, 2 and 3 segments: one batch whose segment positions are
+    # padded to line up across rows (each rotation is scored against its own segment's slots only).
+    # No view holds another row's own segment: the reference is taken before this pass writes.
+    views = [[P, X, Y, A], [P, Y, X, B], [P, C], [P, X, D]]
+    token = ids["Y"][:1]
+    want = [ref.rerotated(cache, view, token) for view in views]
+    got = cache.logits([SharedRow(w, view, token) for w, view in enumerate(views)])
+    for i, expected in enumerate(want):
+        torch.testing.assert_close(got[i], expected, atol=atol, rtol=0, msg=f"one-token row {i}")
     cache.close()
     assert engine.num_free_blocks == 96
 
