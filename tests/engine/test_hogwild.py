@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,11 @@ class Reference:
                 keys.append(k * cos + rotate_half(k) * sin)  # type: ignore[no-untyped-call]
                 values.append(kv[layer, nkv:, slots].float())
             past.update(torch.cat(keys, 1).unsqueeze(0), torch.cat(values, 1).unsqueeze(0), layer)
-        out = self.model(torch.tensor([ids]), past_key_values=past, use_cache=True)
+        # transformers 5.24 renamed the cache argument (the old name warns, and warnings fail the suite).
+        cache_arg = (
+            "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        )
+        out = self.model(torch.tensor([ids]), use_cache=True, **{cache_arg: past})
         logits: torch.Tensor = out.logits[0, -1]
         return logits
 
