@@ -23,7 +23,7 @@ class Budget(Model):
 
     max_total_tokens: int | None = Field(default=None, gt=0)
     max_sequential_tokens: int | None = Field(default=None, gt=0)
-    deadline_s: float | None = Field(default=None, gt=0)
+    deadline_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 def parse_backend_spec(spec: str) -> tuple[str, str | None]:

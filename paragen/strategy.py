@@ -23,7 +23,7 @@ from paragen.types import Problem, StrategyResult
 class StrategyConfig(BaseModel):
     """Base of strategy configs: unknown fields are refused, values are validated."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 ConfigT = TypeVar("ConfigT", bound=StrategyConfig)

@@ -28,6 +28,9 @@ def _require_utf8(text: str, what: str) -> None:
         raise ValueError(f"{what} is not valid UTF-8 (byte at position {exc.start})") from None
 
 
+SEED_MAX = 2**63 - 2**32
+
+
 class Model(BaseModel):
     """Base of paragen's pydantic models: unknown fields are refused."""
 
@@ -54,13 +57,15 @@ class Problem(Model):
 class SamplingParams(Model):
     """How to sample one completion. ``top_k=0`` and ``top_p=1`` switch those filters off."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are refused by name (a NaN otherwise fails "ge" with a misleading message).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_tokens: int = Field(default=512, gt=0, le=1_000_000)
     temperature: float = Field(default=0.7, ge=0.0, le=10.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)
-    seed: int | None = None
+    # Non-negative and within int64 (what servers parse), with room for the per-sample seed + i.
+    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     stop: tuple[str, ...] = ()
     logprobs: bool = False
     top_logprobs: int = Field(default=0, ge=0, le=20)

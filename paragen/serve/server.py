@@ -27,7 +27,7 @@ from paragen.errors import ConfigError
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: any free port)."""
     if not 0 <= port <= 65535:
-        raise ConfigError(f"bad --port {port}: it must be 0-65535 (0: any free port)")
+        raise ConfigError(f"bad port {port}: it must be 0-65535 (0: any free port)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -36,7 +36,7 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise ConfigError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}", hint="pick another --port or --host"
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", hint="pick another port or host"
         ) from None
     sock.set_inheritable(True)
     return sock

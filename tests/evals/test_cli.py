@@ -82,6 +82,9 @@ def test_regrade_agrees_with_the_recorded_grades(run_dir: Path) -> None:
         (["-t", "arith", "-O", "majority=3"], "majority: Extra inputs are not permitted"),
         (["-t", "arith", "-O", "majority.n=3"], "not among the chosen strategies"),
         (["-t", "arith", "--temperature", "-1"], "temperature"),
+        (["-t", "arith", "--temperature", "nan"], "temperature: Input should be a finite number"),
+        (["-t", "arith", "-O", "ffs.top_p=NaN", "-s", "ffs"], "top_p: Input should be a finite number"),
+        (["-t", "arith", "--seed", "-1"], "seed: Input should be greater than or equal to 0"),
         (["-t", "aime25", "--offline"], "held out"),
     ],
 )

@@ -139,8 +139,8 @@ def _taken_port() -> tuple[str, object]:
         (["-b", "scripted", "--temperature", "-2"], {}, "bad value for --temperature"),
         (["-b", "scripted", "--port", "nope"], {}, "'--port'"),
         (["-b", "scripted", "--host", "256.1.1.1"], {}, "cannot listen on 256.1.1.1"),
-        (["-b", "scripted", "--port", "99999"], {}, "bad --port 99999: it must be 0-65535"),
-        (["-b", "scripted", "--port", "-1"], {}, "bad --port -1"),
+        (["-b", "scripted", "--port", "99999"], {}, "bad port 99999: it must be 0-65535"),
+        (["-b", "scripted", "--port", "-1"], {}, "bad port -1"),
         (["-b", "scripted", "--log-level", "nope"], {}, "bad --log-level 'nope'"),
     ],
 )
