@@ -45,8 +45,11 @@ lint: setup
 	$(VENV)/bin/ruff check paragen strategies evals tests benchmarks
 	$(VENV)/bin/ruff format --check paragen strategies evals tests benchmarks
 
+# The tests too, one folder at a time: each folder's conftest.py is its own top-level module `conftest`.
 typecheck: setup
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict tests/conftest.py
+	for dir in $$(ls -d tests/*/ | grep -v __pycache__); do $(VENV)/bin/mypy --strict $$dir || exit 1; done
 
 unit: setup
 	$(PY) -m pytest -q -m "not vllm and not vllm_server"

@@ -241,12 +241,12 @@ def main() -> None:
         f"prefill    {len(long_ids)} tokens: n=1 {t1 * 1e3:.1f} ms, n=16 {t16 * 1e3:.1f} ms = {t16 / t1:.2f}x"
     )
 
-    def ratio(a: str, b: str) -> float | None:
+    def rounded_ratio(a: str, b: str) -> float | None:
         return None if raw.get(b) is None or raw.get(a) is None else round(raw[a] / raw[b], 3)
 
     summary = {
-        "vs_hf_n8": ratio("engine_n8", "hf_n8"),
-        "vs_llamacpp_n8": ratio("engine_n8", "llamacpp_n8"),
+        "vs_hf_n8": rounded_ratio("engine_n8", "hf_n8"),
+        "vs_llamacpp_n8": rounded_ratio("engine_n8", "llamacpp_n8"),
         "compute_frac_n64": round(compute_frac, 3),
         "bandwidth_frac_n1": round(bandwidth_frac, 3),
         "prefill_n16_over_n1": round(t16 / t1, 3),

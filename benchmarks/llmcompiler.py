@@ -24,6 +24,7 @@ import anyio
 from evals.tools_tasks.game24 import grade_game24, load_game24
 from evals.tools_tasks.synthetic import SyntheticTask, default_task
 from paragen import Orchestrator, Problem, StrategyResult
+from paragen.strategy import Strategy
 from strategies.llmcompiler import LLMCompiler, ReAct
 
 
@@ -60,7 +61,7 @@ async def engine_run(num_problems: int) -> list[dict[str, Any]]:
     from paragen.backends.engine import EngineBackend
 
     orch = Orchestrator(EngineBackend.from_spec(None), max_concurrent_problems=1)
-    strategies = [
+    strategies: list[Strategy] = [
         LLMCompiler(tools=("calculator",), max_replans=2, max_plan_tokens=160, max_join_tokens=64),
         ReAct(tools=("calculator",), max_steps=4, max_step_tokens=96),
     ]

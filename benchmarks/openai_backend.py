@@ -145,17 +145,18 @@ async def run_openai_sdk(url: str) -> tuple[float, int]:
     # The same connection limits and timeouts as paragen's client, so only the client code differs.
     limits = httpx.Limits(max_connections=1024, max_keepalive_connections=64)
     http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(600.0, connect=10.0))
-    client = AsyncOpenAI(base_url=url, api_key="none", max_retries=0, http_client=http)
+    # openai 3.x types this as httpx2's client; it takes httpx's and uses it as given.
+    client = AsyncOpenAI(base_url=url, api_key="none", max_retries=0, http_client=http)  # type: ignore[arg-type]
     await client.models.list()
     counts: list[int] = []
 
     async def one() -> None:
-        stream = await client.completions.create(
+        stream = await client.completions.create(  # type: ignore[call-overload]  # vLLM's extra usage key
             model=MODEL,
             prompt="go",
             max_tokens=TOKENS,
             stream=True,
-            stream_options={"include_usage": True, "continuous_usage_stats": True},  # type: ignore[typeddict-unknown-key]
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
         )
         tokens = 0
         async with stream:

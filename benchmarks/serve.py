@@ -117,7 +117,7 @@ class Client:
         head = [("Host", self.host), ("Content-Type", "application/json")]
         head.append(("Content-Length", str(len(payload))))
         out = http.send(h11.Request(method="POST", target=path, headers=head))
-        out += http.send(h11.Data(data=payload)) + http.send(h11.EndOfMessage())  # type: ignore[operator]
+        out += http.send(h11.Data(data=payload)) + http.send(h11.EndOfMessage())
         await self.stream.send(out)
         parts: list[bytes] = []
         while True:
@@ -311,7 +311,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(load: LoadProcess, scripted: ScriptedBackend, serve: tuple[str, int], floor: tuple[str, int]):
+def measure(
+    load: LoadProcess, scripted: ScriptedBackend, serve: tuple[str, int], floor: tuple[str, int]
+) -> dict[str, list[tuple[float, float, float]]]:
     """Every leg ROUNDS times, alternating; per leg, per round: (wall, client CPU, server CPU)."""
     legs = {
         "http_floor": (floor, "plain"),
@@ -347,15 +349,15 @@ def report(times: dict[str, list[tuple[float, float, float]]]) -> None:
         spread = ", ".join(f"{t[0]:.3f}" for t in rounds)
         ratio = walls[name] / walls["direct"]
         print(f"  {name:18s} {walls[name]:7.3f} {ratio:8.3f} {server:7.2f} {client:7.2f}   ({spread})")
-    ratio = {name: round(walls[name] / walls["direct"], 3) for name in LEGS}
+    ratios = {name: round(walls[name] / walls["direct"], 3) for name in LEGS}
     print(
         json.dumps(
             {
-                "serve_over_direct_64": ratio["serve"],
-                "serve_stream_over_direct_64": ratio["serve_stream"],
-                "http_floor_over_direct_64": ratio["http_floor"],
-                "http_floor_stream_over_direct_64": ratio["http_floor_stream"],
-                "serve_openai_over_direct_64": ratio["serve_openai"],
+                "serve_over_direct_64": ratios["serve"],
+                "serve_stream_over_direct_64": ratios["serve_stream"],
+                "http_floor_over_direct_64": ratios["http_floor"],
+                "http_floor_stream_over_direct_64": ratios["http_floor_stream"],
+                "serve_openai_over_direct_64": ratios["serve_openai"],
                 "direct_s": round(walls["direct"], 3),
                 "serve_s": round(walls["serve"], 3),
             }

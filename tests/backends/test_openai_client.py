@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from openai_fakes import FakeServer, chat_chunk, chunk, usage_chunk
+from openai_fakes import Event, FakeServer, chat_chunk, chunk, usage_chunk
 
 from paragen.backends.base import generate
 from paragen.backends.openai import OpenAIBackend
@@ -186,7 +186,7 @@ async def test_read_timeout_is_mapped(server: FakeServer) -> None:
 
 async def test_reset_after_the_first_token_resumes_from_the_text_seen(server: FakeServer) -> None:
     server.replies.append(lambda r: server.sse([chunk("4"), httpx.ReadError("connection reset by peer")]))
-    rest = [chunk(" apples", finish="stop"), usage_chunk(5, 3), "[DONE]"]
+    rest: list[Event] = [chunk(" apples", finish="stop"), usage_chunk(5, 3), "[DONE]"]
     server.replies.append(lambda r: server.sse(rest))
     seen = []
     request = GenerateRequest(prompt="x", params=SamplingParams(max_tokens=10))

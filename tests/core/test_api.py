@@ -18,7 +18,7 @@ def test_solve_builds_the_backend_from_a_spec_and_answers() -> None:
     assert result.answer == "5"
     assert result.strategy == "majority"
     assert result.usage.num_samples == 4
-    assert sorted(t.answer for t in result.traces) == ["5", "5", "5", "6"]
+    assert sorted(t.answer or "" for t in result.traces) == ["5", "5", "5", "6"]
 
 
 def test_solve_is_run_sync() -> None:

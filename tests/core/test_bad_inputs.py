@@ -54,7 +54,10 @@ class Case:
 
 
 def _file(name: str, text: str = "x\n") -> Callable[[Path], None]:
-    return lambda tmp: (tmp / name).write_text(text)
+    def write(tmp: Path) -> None:
+        (tmp / name).write_text(text)
+
+    return write
 
 
 def _records_dir(text: str | None) -> Callable[[Path], None]:
@@ -248,7 +251,7 @@ def paragen(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProce
     A run that does not end in time (a bad flag silently accepted, a whole task run) is an outcome
     with returncode -1, so it fails its own case only.
     """
-    command = [sys.executable, "-m", "paragen.cli", *(os.fsencode(a) for a in argv)]
+    command: list[str | bytes] = [sys.executable, "-m", "paragen.cli", *(os.fsencode(a) for a in argv)]
     try:
         return subprocess.run(
             command, cwd=cwd, capture_output=True, env={**os.environ, "COLUMNS": "200", **env}, timeout=90
@@ -351,7 +354,7 @@ API_CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
         "stop strings must be non-empty",
     ),
     ("max_tokens zero", lambda: SamplingParams(max_tokens=0), ValidationError, "max_tokens"),
-    ("unknown sampling field", lambda: SamplingParams(temprature=0.5), ValidationError, "temprature"),
+    ("unknown sampling field", lambda: SamplingParams(temprature=0.5), ValidationError, "temprature"),  # type: ignore[call-arg]
     (
         "no prompt nor messages",
         lambda: GenerateRequest(),

@@ -13,6 +13,7 @@ from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.fanout import Fanout
 from paragen.ledger import Account, Ledger
 from paragen.strategy import BaseStrategy, StrategyConfig
+from paragen.types import GenerateRequest
 
 pytestmark = pytest.mark.anyio
 PROBLEM = Problem(id="p1", question="What is 7 + 5?")
@@ -260,7 +261,7 @@ async def test_shared_request_does_not_wait_on_a_stream_that_never_ends() -> Non
     async def stream(_request: object):  # type: ignore[no-untyped-def]
         yield Stuck()
 
-    backend.stream = stream  # type: ignore[method-assign]
+    backend.stream = stream  # type: ignore[method-assign, assignment]
     with anyio.fail_after(2):
         result = await Orchestrator(backend).run(FirstFinish(), PROBLEM)
     assert [t.status for t in result.traces] == ["ok", "cancelled", "cancelled", "cancelled"]
@@ -288,7 +289,7 @@ async def test_orchestrator_events_follow_each_sample_and_end_with_the_result() 
     started = [e for e in events if isinstance(e, SampleStarted)]
     ended = [e for e in events if isinstance(e, SampleEnded)]
     assert [e.trace_id for e in started] == [0, 1] and [e.trace.id for e in ended] == [0, 1]
-    assert all(e.problem_id == PROBLEM.id for e in (*started, *ended))
+    assert all(e.problem_id == PROBLEM.id for e in started) and all(e.problem_id == PROBLEM.id for e in ended)
     assert [e.trace.completion_tokens for e in ended] == [3, 5]  # a finished trace, not a snapshot
     note = events[4]
     assert isinstance(note, Note) and note.data == {"tokens": [3, 5]} and note.message == "both done"
@@ -385,7 +386,12 @@ async def test_one_sample_runs_in_the_callers_task_and_stops_like_a_fanout() -> 
 
 async def test_requests_of_one_problem_share_an_affinity_other_problems_do_not() -> None:
     seen: list[str | None] = []
-    backend = ScriptedBackend(lambda r, _i: seen.append(r.affinity) or Script(text=words(2)))
+
+    def script(request: GenerateRequest, _index: int) -> Script:
+        seen.append(request.affinity)
+        return Script(text=words(2))
+
+    backend = ScriptedBackend(script)
     problems = [Problem(question="1 + 1?"), Problem(question="2 + 2?")]  # both with the default id
     await Orchestrator(backend).run_many(TwoRounds(), problems)
     per_key = Counter(seen)  # the two problems run at once: their requests interleave

@@ -26,7 +26,7 @@ def hf_greedy(model_dir: Path, prompts: list[list[int]], num_tokens: int) -> lis
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     outs = []
     for ids in prompts:
-        out = model.generate(
+        out = model.generate(  # type: ignore[misc]  # transformers' self-typed mixin method
             torch.tensor([ids]), max_new_tokens=num_tokens, do_sample=False, top_p=None, top_k=None
         )
         outs.append(out[0, len(ids) :].tolist())

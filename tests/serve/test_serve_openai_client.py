@@ -10,11 +10,12 @@ import httpx
 import openai
 import pytest
 from conftest import Serve
+from openai.types.chat import ChatCompletionMessageParam
 
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.types import GenerateRequest
 
-QUESTION = [{"role": "user", "content": "What is 7 + 5?"}]
+QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "What is 7 + 5?"}]
 
 
 def sync_client(url: str) -> openai.OpenAI:

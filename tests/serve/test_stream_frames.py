@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 from conftest import Serve
+from openai.types.chat import ChatCompletionMessageParam
 
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.live import LiveSample
@@ -43,13 +44,13 @@ def test_text_since_reads_only_the_new_deltas() -> None:
 def test_long_pass_through_streams_every_token_once(serve: Serve) -> None:
     words = [f" w{i}" for i in range(3000)]
     backend = ScriptedBackend([Script(text="".join(words))])
-    messages = [{"role": "user", "content": "go"}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "go"}]
     with serve(backend) as url, openai.OpenAI(base_url=url, api_key="-", max_retries=0) as client:
         stream = client.chat.completions.create(
             model="scripted",
             messages=messages,
             max_tokens=4000,
-            stream=True,  # type: ignore[arg-type]
+            stream=True,
         )
         pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
         body = {"model": "scripted", "messages": messages, "max_tokens": 4000, "stream": True}

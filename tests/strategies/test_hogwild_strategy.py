@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import anyio
 import pytest
@@ -43,7 +44,7 @@ async def _run(
     max_tokens: int = 64,
     budget: Budget | None = None,
     events: list[object] | None = None,
-    **config: object,
+    **config: Any,
 ) -> StrategyResult:
     sink = None if events is None else events.append
     orch = Orchestrator(backend, defaults=SamplingParams(max_tokens=max_tokens), budget=budget, on_event=sink)
@@ -245,7 +246,7 @@ async def test_a_backend_without_shared_cache_points_to_hogwild_text() -> None:
 
 
 @pytest.mark.parametrize("config", [{"workers": 0}, {"layout": "ring"}, {"nudge_every": -1}, {"bogus": 1}])
-def test_bad_config_is_refused(config: dict[str, object]) -> None:
+def test_bad_config_is_refused(config: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         Hogwild(**config)
 

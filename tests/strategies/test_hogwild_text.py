@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,8 @@ def _view(request: GenerateRequest) -> str:
 
 
 def _who(request: GenerateRequest) -> str:
-    return _OWN.findall(_view(request))[-1]  # the worker's own step comes last in its view
+    who: str = _OWN.findall(_view(request))[-1]
+    return who  # the worker's own step comes last in its view
 
 
 def _reacting(request: GenerateRequest, _index: int) -> str:
@@ -40,9 +42,7 @@ def _reacting(request: GenerateRequest, _index: int) -> str:
     return "I will check Alice. Let me see.\n\n"
 
 
-async def _run(
-    backend: ScriptedBackend, events: list[object] | None = None, **config: object
-) -> StrategyResult:
+async def _run(backend: ScriptedBackend, events: list[object] | None = None, **config: Any) -> StrategyResult:
     sink = None if events is None else events.append
     orch = Orchestrator(backend, defaults=SamplingParams(max_tokens=64), on_event=sink)
     return await orch.run(HogwildText(**config), PROBLEM)
