@@ -69,6 +69,7 @@ bench: setup
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/llmcompiler.py
 	$(PY) benchmarks/hogwild.py
+	$(PY) benchmarks/hogwild_sessions.py
 	$(PY) benchmarks/openai_backend.py
 	$(PY) benchmarks/serve.py
 	$(PY) benchmarks/serve_layers.py

@@ -238,9 +238,11 @@ class EngineSharedSession:
     async def forward(
         self, rows: Sequence[SharedRow], *, suppress_token_ids: Sequence[int] = (), greedy: bool = False
     ) -> list[SharedSample]:
-        return await self.runtime.call(
-            partial(self.cache.forward, list(rows), tuple(suppress_token_ids), greedy)
-        )
+        from paragen.engine.hogwild import SharedForward, forward_together
+
+        # Batched with the other sessions' passes waiting on the step thread: one forward for all.
+        job = SharedForward(self.cache, list(rows), tuple(suppress_token_ids), greedy)
+        return await self.runtime.call_batched(forward_together, job)
 
     async def free_segment(self, segment: int) -> None:
         await self.runtime.call(partial(self.cache.free_segment, segment))

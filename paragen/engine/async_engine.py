@@ -5,8 +5,9 @@ and aborts through a locked inbox, and gets each step's outputs back through one
 ``anyio.from_thread.run_sync`` call per event loop, which puts them into per-request
 memory object streams. An abort is applied at the next step boundary; the caller can
 wait for it (the cache is free once the returned event is set). ``call`` runs a function on
-the step thread between steps (shared-cache sessions run their forward passes this way), so
-those passes are serialized with ordinary requests' steps.
+the step thread between steps, so it is serialized with ordinary requests' steps;
+``call_batched`` does the same for calls that can share one batch (shared-cache sessions'
+forward passes): those waiting together run as one call.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,8 +33,12 @@ from paragen.errors import EngineError
 
 Item = list[StepOutput] | BaseException
 T = TypeVar("T")
+X = TypeVar("X")
 ABORT_WAIT_S = 10.0  # an abort lands at the next step boundary; a step never takes this long
 CLEANUP_WAIT_S = 60.0  # a cleanup call may queue behind a shared session's long prompt prefill
+# How long a batch waits for the callers of the last one: they resend within a millisecond or two
+# of their results; one that did other work first would otherwise run one pass behind for good.
+STRAGGLER_WAIT_S = 0.005
 
 
 @dataclass(slots=True)
@@ -67,6 +73,9 @@ class _Call:
     token: anyio.lowlevel.EventLoopToken
     result: Any = None
     error: BaseException | None = None
+    # Set for call_batched: the items of all waiting calls with the same batch_fn go in one call.
+    batch_fn: Callable[[list[Any]], list[Any]] | None = None
+    item: Any = None
 
 
 @dataclass(slots=True)
@@ -77,8 +86,11 @@ class _Inbox:
 
 
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine):
+    def __init__(self, engine: LLMEngine, *, merge_batched_calls: bool = True):
         self.engine = engine
+        # False runs each call_batched alone (the A/B switch of benchmarks/hogwild_sessions.py).
+        self.merge_batched_calls = merge_batched_calls
+        self._last_batch_size = 0
         self._cond = threading.Condition()
         self._inbox = _Inbox()
         self._sinks: dict[int, Sink] = {}
@@ -122,9 +134,22 @@ class AsyncEngine:
         Cancelling the caller does not stop ``fn`` once the step thread has taken it; anything that
         must happen after it (freeing a session's blocks) is queued behind it as another call.
         """
+        result: T = await self._submit_call(_Call(fn, anyio.Event(), anyio.lowlevel.current_token()))
+        return result
+
+    async def call_batched(self, batch_fn: Callable[[list[X]], list[T | EngineError]], item: X) -> T:
+        """``batch_fn([item, ...])[i]`` on the step thread, ``item`` batched with the others waiting.
+
+        ``batch_fn`` returns one outcome per item, in order: a result, or an EngineError that
+        only that item's caller gets. Cancellation behaves as for ``call``.
+        """
+        job = _Call(_unbatched, anyio.Event(), anyio.lowlevel.current_token(), batch_fn=batch_fn, item=item)
+        result: T = await self._submit_call(job)
+        return result
+
+    async def _submit_call(self, job: _Call) -> Any:
         if self._is_closed:
             raise EngineError("the engine is closed")
-        job = _Call(fn, anyio.Event(), anyio.lowlevel.current_token())
         with self._cond:
             self._inbox.calls.append(job)
             self._cond.notify()
@@ -132,8 +157,7 @@ class AsyncEngine:
         await job.done.wait()
         if job.error is not None:
             raise job.error
-        result: T = job.result
-        return result
+        return job.result
 
     async def call_shielded(self, fn: Callable[[], object]) -> None:
         """``call`` that a cancelled caller still waits for (cleanup), up to CLEANUP_WAIT_S."""
@@ -165,6 +189,7 @@ class AsyncEngine:
                 if self._is_closed:
                     break
                 inbox, self._inbox = self._inbox, _Inbox()
+                self._await_stragglers(inbox)
             self._apply(inbox)
             if not self.engine.is_idle:
                 self._step()
@@ -173,7 +198,26 @@ class AsyncEngine:
             calls, self._inbox.calls = self._inbox.calls, []
         for job in calls:
             job.error = EngineError("the engine was closed")
-            self._finish_call(job)
+        self._finish_calls(calls)
+
+    def _await_stragglers(self, inbox: _Inbox) -> None:
+        """Holding the lock: wait briefly until as many batched calls wait as the last batch had.
+
+        Only batched calls join ``inbox``; other mail stays for the next turn of the loop.
+        """
+        num_batched = sum(job.batch_fn is not None for job in inbox.calls)
+        if not self.merge_batched_calls or not 0 < num_batched < self._last_batch_size:
+            return
+        deadline = time.monotonic() + STRAGGLER_WAIT_S
+        while num_batched < self._last_batch_size and not self._is_closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._cond.wait(left)
+            late = [job for job in self._inbox.calls if job.batch_fn is not None]
+            self._inbox.calls = [job for job in self._inbox.calls if job.batch_fn is None]
+            inbox.calls += late
+            num_batched += len(late)
 
     def _has_mail(self) -> bool:
         return bool(self._inbox.adds or self._inbox.aborts or self._inbox.calls)
@@ -187,20 +231,49 @@ class AsyncEngine:
                 self.engine.abort(seq_id)
                 self._sinks.pop(seq_id, None)
             done.set()
+        # Batched calls first, merged per batch_fn: a session has one call waiting at a time, so
+        # this reorders only different sessions' calls (and a cancelled call's cleanup, which
+        # then still runs after it).
+        batches: dict[Callable[[list[Any]], list[Any]], list[_Call]] = {}
         for job in inbox.calls:
-            try:
-                job.result = job.fn()
-            except EngineError as exc:
-                job.error = exc
-            except Exception as exc:  # the caller gets it as an EngineError; the step thread goes on
-                job.error = EngineError(f"engine call failed: {exc!r}")
-                job.error.__cause__ = exc
-            self._finish_call(job)
+            if job.batch_fn is not None:
+                batches.setdefault(job.batch_fn, []).append(job)
+        if batches:
+            self._last_batch_size = max(len(jobs) for jobs in batches.values())
+        for batch_fn, jobs in batches.items():
+            groups = [jobs] if self.merge_batched_calls else [[job] for job in jobs]
+            for group in groups:
+                self._run_batch(batch_fn, group)
+        for job in inbox.calls:
+            if job.batch_fn is None:
+                try:
+                    job.result = job.fn()
+                except Exception as exc:  # the caller gets it as an EngineError; the step thread goes on
+                    job.error = _engine_error(exc)
+                self._finish_calls([job])
+
+    def _run_batch(self, batch_fn: Callable[[list[Any]], list[Any]], jobs: list[_Call]) -> None:
+        try:
+            outcomes = batch_fn([job.item for job in jobs])
+        except Exception as exc:  # the whole batch failed: every caller gets the error
+            outcomes = [_engine_error(exc) for _ in jobs]
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, EngineError):
+                job.error = outcome
+            else:
+                job.result = outcome
+        self._finish_calls(jobs)
 
     @staticmethod
-    def _finish_call(job: _Call) -> None:
-        with contextlib.suppress(Exception):  # the caller's event loop is gone: nobody waits
-            anyio.from_thread.run_sync(job.done.set, token=job.token)
+    def _finish_calls(jobs: list[_Call]) -> None:
+        # One hop per event loop: its callers all wake in one loop iteration, so they send their
+        # next batched calls together (a hop per call would wake them one pass apart).
+        per_loop: dict[anyio.lowlevel.EventLoopToken, list[anyio.Event]] = defaultdict(list)
+        for job in jobs:
+            per_loop[job.token].append(job.done)
+        for token, events in per_loop.items():
+            with contextlib.suppress(Exception):  # the caller's event loop is gone: nobody waits
+                anyio.from_thread.run_sync(_set_all, events, token=token)
 
     def _step(self) -> None:
         try:
@@ -247,3 +320,20 @@ def _put_all(batch: list[tuple[Sink, Item]]) -> None:
     for sink, item in batch:
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             sink.send.send_nowait(item)  # a closed stream: the reader left and its abort is on the way
+
+
+def _set_all(events: list[anyio.Event]) -> None:
+    for event in events:
+        event.set()
+
+
+def _engine_error(exc: Exception) -> EngineError:
+    if isinstance(exc, EngineError):
+        return exc
+    error = EngineError(f"engine call failed: {exc!r}")
+    error.__cause__ = exc
+    return error
+
+
+def _unbatched() -> None:
+    raise AssertionError("a batched call runs through its batch_fn")

@@ -75,28 +75,29 @@ class SharedCache:
         self, rows: Sequence[SharedRow], suppress_token_ids: Sequence[int] = (), greedy: bool = False
     ) -> list[SharedSample]:
         """One forward pass: every row's tokens written, every row's next token sampled (row order)."""
-        logits = self.logits(rows)
-        if suppress_token_ids:
-            logits[:, list(suppress_token_ids)] = float("-inf")
-        return self._sample(rows, logits, greedy)
+        (outcome,) = forward_together([SharedForward(self, rows, tuple(suppress_token_ids), greedy)])
+        if isinstance(outcome, EngineError):
+            raise outcome
+        return outcome
 
     @torch.inference_mode()
     def logits(self, rows: Sequence[SharedRow]) -> torch.Tensor:
         """One forward pass: every row's tokens written; the logits [rows, vocab] at each row's last token."""
+        new_lengths = self._prepare(rows)
+        logits = _logits(self.engine, [self._place(row, new_lengths) for row in rows])
+        self._commit(new_lengths)
+        return logits
+
+    def _prepare(self, rows: Sequence[SharedRow]) -> dict[int, int]:
+        """Checks the rows and grows their target segments; returns each target's length after the pass."""
         self._check_open()
         new_lengths = self._check_rows(rows)
         self._grow(new_lengths)
-        order = sorted(range(len(rows)), key=lambda i: len(rows[i].token_ids) > 1)  # 1-token rows first
-        ids, pos, slots, last = self._inputs(rows, order)
-        attend = self._attention(rows, order, new_lengths, len(ids))
-        runner = self.engine.runner
-        meta = AttnMeta(is_prefill=False, slots=runner._tensor(slots))
-        hidden = self.engine.model.forward(
-            runner._tensor(ids), runner._tensor(pos), meta, self.engine.cache.kv, attend
-        )
+        return new_lengths
+
+    def _commit(self, new_lengths: dict[int, int]) -> None:
         for seg, length in new_lengths.items():
             self.segments[seg].length = length
-        return self.engine.model.logits(hidden[runner._tensor(last)])
 
     def _check_open(self) -> None:
         if self.is_closed:
@@ -142,76 +143,135 @@ class SharedCache:
         for seg, n in wanted.items():
             self.segments[seg].blocks += blocks.allocate(n) if n > 0 else []
 
-    def _inputs(
-        self, rows: Sequence[SharedRow], order: list[int]
-    ) -> tuple[list[int], list[int], list[int], list[int]]:
-        """Token ids, key positions (segment-local), cache slots, and each row's last token index."""
+    def _place(self, row: SharedRow, new_lengths: dict[int, int]) -> _Placed:
+        """Where one row's tokens go (segment-local positions, cache slots) and what they attend."""
         bs = self.engine.blocks.block_size
-        ids: list[int] = []
-        pos: list[int] = []
-        slots: list[int] = []
-        last = [0] * len(rows)
-        for i in order:
-            row = rows[i]
-            segment = self.segments[row.view[-1]]
-            local = range(segment.length, segment.length + len(row.token_ids))
-            ids += row.token_ids
-            pos += local
-            slots += [segment.blocks[p // bs] * bs + p % bs for p in local]
-            last[i] = len(ids) - 1
-        return ids, pos, slots, last
+        segment = self.segments[row.view[-1]]
+        local = range(segment.length, segment.length + len(row.token_ids))
+        slots = [segment.blocks[p // bs] * bs + p % bs for p in local]
+        lengths = [new_lengths.get(s, self.segments[s].length) for s in row.view]
+        tables = [self.segments[s].blocks[: -(-n // bs)] for s, n in zip(row.view, lengths, strict=True)]
+        return _Placed(list(row.token_ids), list(local), slots, RowPlan(tables, lengths, len(row.token_ids)))
 
-    def _attention(
-        self, rows: Sequence[SharedRow], order: list[int], new_lengths: dict[int, int], num_tokens: int
-    ) -> Attend:
-        bs = self.engine.blocks.block_size
-        plans = []
-        for i in order:
-            row = rows[i]
-            lengths = [new_lengths.get(s, self.segments[s].length) for s in row.view]
-            tables = [self.segments[s].blocks[: -(-n // bs)] for s, n in zip(row.view, lengths, strict=True)]
-            plans.append(RowPlan(tables, lengths, len(row.token_ids)))
-        model, cache = self.engine.model, self.engine.cache
-        rope = (model.cos, model.sin)
-        num_kv_rows = cache.kv.shape[1]
-        singles = [p for p in plans if p.num_new == 1]
-        groups = [build_group(singles, 0, bs, cache.num_blocks, num_kv_rows, rope)] if singles else []
-        start = len(singles)
-        for plan in plans[len(singles) :]:
-            groups.append(build_group([plan], start, bs, cache.num_blocks, num_kv_rows, rope))
-            start += plan.num_new
-        return shared_attention(
-            groups,
-            num_tokens=num_tokens,
-            num_heads=model.num_heads,
-            num_kv_heads=model.cfg.num_kv_heads,
-            head_dim=model.head_dim,
-            block_size=bs,
-            scale=model.attn_scale,
-            dtype=model.dtype,
-        )
 
-    def _sample(self, rows: Sequence[SharedRow], logits: torch.Tensor, greedy: bool) -> list[SharedSample]:
-        p, runner = self.params, self.engine.runner
-        n = len(rows)
-        temperature = 0.0 if greedy else p.temperature
-        batch = SampleBatch(
-            temperature=runner._tensor([temperature] * n, torch.float32),
-            top_p=runner._tensor([p.top_p] * n, torch.float32),
-            top_k=runner._tensor([p.top_k] * n),
-            seeds=runner._tensor([self.seeds[row.worker] for row in rows]),
-            steps=runner._tensor([self.steps[row.worker] for row in rows]),
-            is_filtered=p.top_p < 1.0 or p.top_k > 0,
-            is_greedy_only=temperature == 0.0,
-            has_greedy=temperature == 0.0,
-            num_top_logprobs=0,
-            wants_logprobs=True,
-        )
-        sampled = sample(logits, batch)
-        for row in rows:
-            self.steps[row.worker] += 1
-        assert sampled.logprobs is not None
-        return [
-            SharedSample(token_id=t, logprob=lp)
-            for t, lp in zip(sampled.token_ids, sampled.logprobs, strict=True)
-        ]
+@dataclass(frozen=True, slots=True)
+class SharedForward:
+    """One session's rows for a forward pass (``forward_together`` runs several sessions' at once)."""
+
+    cache: SharedCache
+    rows: Sequence[SharedRow]
+    suppress_token_ids: tuple[int, ...] = ()
+    greedy: bool = False
+
+
+@dataclass(slots=True)
+class _Placed:
+    ids: list[int]
+    pos: list[int]
+    slots: list[int]
+    plan: RowPlan
+
+
+@torch.inference_mode()
+def forward_together(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | EngineError]:
+    """One forward pass over the rows of several sessions of one engine; each job's samples or error.
+
+    Sessions never see each other's tokens (a row attends only its own view), so merging them
+    changes nothing but the batch: concurrent Hogwild! runs cost one pass per step, not one each.
+    A job whose rows are malformed, or whose segments do not fit in the cache, fails alone.
+    """
+    outcomes: list[list[SharedSample] | EngineError] = [EngineError("not run")] * len(jobs)
+    ready: list[tuple[int, dict[int, int]]] = []
+    for i, job in enumerate(jobs):
+        try:
+            ready.append((i, job.cache._prepare(job.rows)))
+        except EngineError as exc:
+            outcomes[i] = exc
+    if not ready:
+        return outcomes
+    engine = jobs[ready[0][0]].cache.engine
+    placed = [jobs[i].cache._place(row, lengths) for i, lengths in ready for row in jobs[i].rows]
+    logits = _logits(engine, placed)
+    start = 0
+    for i, lengths in ready:
+        job = jobs[i]
+        job.cache._commit(lengths)
+        if job.suppress_token_ids:
+            logits[start : start + len(job.rows), list(job.suppress_token_ids)] = float("-inf")
+        start += len(job.rows)
+    samples = _sample([jobs[i] for i, _ in ready], logits)
+    start = 0
+    for i, _ in ready:
+        outcomes[i] = samples[start : start + len(jobs[i].rows)]
+        start += len(jobs[i].rows)
+    return outcomes
+
+
+def _logits(engine: LLMEngine, rows: Sequence[_Placed]) -> torch.Tensor:
+    """One model forward over the placed rows; the logits [rows, vocab] at each row's last token."""
+    order = sorted(range(len(rows)), key=lambda i: rows[i].plan.num_new > 1)  # 1-token rows first
+    ids: list[int] = []
+    pos: list[int] = []
+    slots: list[int] = []
+    last = [0] * len(rows)
+    for i in order:
+        ids += rows[i].ids
+        pos += rows[i].pos
+        slots += rows[i].slots
+        last[i] = len(ids) - 1
+    runner = engine.runner
+    attend = _attention(engine, [rows[i].plan for i in order], len(ids))
+    meta = AttnMeta(is_prefill=False, slots=runner._tensor(slots))
+    hidden = engine.model.forward(runner._tensor(ids), runner._tensor(pos), meta, engine.cache.kv, attend)
+    return engine.model.logits(hidden[runner._tensor(last)])
+
+
+def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Attend:
+    """The attention of a forward whose rows come in ``plans`` order (1-token rows first)."""
+    bs = engine.blocks.block_size
+    model, cache = engine.model, engine.cache
+    rope = (model.cos, model.sin)
+    num_kv_rows = cache.kv.shape[1]
+    singles = [p for p in plans if p.num_new == 1]
+    groups = [build_group(singles, 0, bs, cache.num_blocks, num_kv_rows, rope)] if singles else []
+    start = len(singles)
+    for plan in plans[len(singles) :]:
+        groups.append(build_group([plan], start, bs, cache.num_blocks, num_kv_rows, rope))
+        start += plan.num_new
+    return shared_attention(
+        groups,
+        num_tokens=num_tokens,
+        num_heads=model.num_heads,
+        num_kv_heads=model.cfg.num_kv_heads,
+        head_dim=model.head_dim,
+        block_size=bs,
+        scale=model.attn_scale,
+        dtype=model.dtype,
+    )
+
+
+def _sample(jobs: Sequence[SharedForward], logits: torch.Tensor) -> list[SharedSample]:
+    """Each row's next token with its own session's settings, seed and step (rows in job order)."""
+    rows = [(job, row) for job in jobs for row in job.rows]
+    temperatures = [0.0 if job.greedy else job.cache.params.temperature for job, _ in rows]
+    runner = jobs[0].cache.engine.runner
+    batch = SampleBatch(
+        temperature=runner._tensor(temperatures, torch.float32),
+        top_p=runner._tensor([job.cache.params.top_p for job, _ in rows], torch.float32),
+        top_k=runner._tensor([job.cache.params.top_k for job, _ in rows]),
+        seeds=runner._tensor([job.cache.seeds[row.worker] for job, row in rows]),
+        steps=runner._tensor([job.cache.steps[row.worker] for job, row in rows]),
+        is_filtered=any(job.cache.params.top_p < 1.0 or job.cache.params.top_k > 0 for job in jobs),
+        is_greedy_only=all(t == 0.0 for t in temperatures),
+        has_greedy=any(t == 0.0 for t in temperatures),
+        num_top_logprobs=0,
+        wants_logprobs=True,
+    )
+    sampled = sample(logits, batch)
+    for job, row in rows:
+        job.cache.steps[row.worker] += 1
+    assert sampled.logprobs is not None
+    return [
+        SharedSample(token_id=t, logprob=lp)
+        for t, lp in zip(sampled.token_ids, sampled.logprobs, strict=True)
+    ]

@@ -5,10 +5,11 @@ lengths of the segments before it). Keys of a segment are stored rotated at 0..l
 at view position ``p`` is rotated per segment by ``p - o_s`` (RoPE is relative: q(p - o)·k(j) =
 q(p)·k(o + j)) and one softmax runs across all segments.
 
-The rows of a group gather their blocks with segment ``s`` of every view at the same slots (each
-segment position padded to its widest table in the group), so each segment's rotation of the
-queries is scored against that segment's keys only: S small score matmuls whose work adds up to
-one plain score matmul over the view, not S of them. The key read, the mask, the softmax and the
+The rows of a group gather their blocks with the k-th longest segment of every view at the same
+slots (each position padded to its widest table in the group; keys may come in any order, only
+their rotation matters), so each segment's rotation of the queries is scored against that
+segment's keys only: S small score matmuls whose work adds up to one plain score matmul over the
+view, not S of them. The key read, the mask, the softmax and the
 value matmul are those of the plain decode path.
 """
 
@@ -54,9 +55,28 @@ def query_positions(row: RowPlan) -> list[list[int]]:
     return [[first + t - o for t in range(row.num_new)] for o in offsets]
 
 
+def longest_first(row: RowPlan) -> tuple[RowPlan, list[list[int]], int]:
+    """The row's segments reordered longest first, their query positions, and where the own one went.
+
+    Attention does not depend on the order of the keys, only on each key's rotation, so a group
+    may lay its rows' segments out in any order: longest first lines up segments of like size
+    (the k-th longest of every row), which keeps the padding to each position's widest small.
+    """
+    order = sorted(range(len(row.lengths)), key=lambda s: -row.lengths[s])
+    positions = query_positions(row)
+    plan = RowPlan([row.tables[s] for s in order], [row.lengths[s] for s in order], row.num_new)
+    return plan, [positions[s] for s in order], order.index(len(order) - 1)
+
+
 def build_group(
-    rows: list[RowPlan], start: int, block_size: int, num_blocks: int, num_kv_rows: int, model_tables: Tables
+    group_rows: list[RowPlan],
+    start: int,
+    block_size: int,
+    num_blocks: int,
+    num_kv_rows: int,
+    model_tables: Tables,
 ) -> RowGroup:
+    rows, positions, owns = zip(*(longest_first(row) for row in group_rows), strict=True)
     b, t = len(rows), rows[0].num_new
     num_segments = max(len(row.lengths) for row in rows)
     widths = [max(len(r.tables[s]) for r in rows if s < len(r.tables)) for s in range(num_segments)]
@@ -69,8 +89,8 @@ def build_group(
     per_row: list[list[int]] = []
     for i, row in enumerate(rows):
         per_row.append(_padded_blocks(row, widths))
-        _mark_visible(visible[i], row, ranges, sizes, local)
-        rot[i, : len(row.lengths)] = torch.tensor(query_positions(row))
+        _mark_visible(visible[i], row, owns[i], ranges, sizes, local)
+        rot[i, : len(row.lengths)] = torch.tensor(positions[i])
     tables = torch.tensor(per_row, dtype=torch.long)
     heads = torch.arange(num_kv_rows).unsqueeze(1) * num_blocks
     gather = (heads + tables.view(1, -1)).view(-1)
@@ -101,12 +121,13 @@ def _padded_blocks(row: RowPlan, widths: list[int]) -> list[int]:
 def _mark_visible(
     visible: torch.Tensor,
     row: RowPlan,
+    own: int,  # which segment is the row's own (the one its new tokens go to)
     ranges: list[tuple[int, int]],
     sizes: torch.Tensor,  # slots per segment position
     local: torch.Tensor,  # per slot: its position inside its segment position's range
 ) -> None:
-    """[T, L]: each segment's slots up to its length; in the own (last) segment, not the future."""
-    t, own = row.num_new, len(row.lengths) - 1
+    """[T, L]: each segment's slots up to its length; in the own segment, not the future."""
+    t = row.num_new
     lengths = torch.tensor(row.lengths + [0] * (len(ranges) - len(row.lengths)))
     visible.copy_((local < lengths.repeat_interleave(sizes)).expand(t, -1))
     a, e = ranges[own]

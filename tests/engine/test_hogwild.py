@@ -11,7 +11,7 @@ import transformers
 from transformers.models.llama.modeling_llama import rotate_half
 
 from paragen.backends.base import SharedRow
-from paragen.engine.hogwild import SharedCache
+from paragen.engine.hogwild import SharedCache, SharedForward, forward_together
 from paragen.engine.llm_engine import LLMEngine
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
@@ -207,4 +207,44 @@ def test_sampled_workers_draw_their_own_reproducible_streams(tiny_llama: Path) -
     assert first == again
     assert first[0] == plain  # worker 0 draws like sample 0 of a plain request with the same seed
     assert first[1][1:] != first[0][1:]  # same inputs, another stream
+    assert engine.num_free_blocks == 64
+
+
+def test_sessions_forwarded_together_get_what_each_gets_alone(tiny_llama: Path) -> None:
+    """Merged passes (concurrent Hogwild! runs) change nothing a session sees; a bad job fails alone."""
+    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=4)
+    sampled = SamplingParams(max_tokens=12, temperature=0.8, top_k=20, seed=3)
+    cases = [(GREEDY, "Tell me a story about a dragon"), (sampled, "Once upon a time")]
+    prompts = [list(engine.tokenizer(text)["input_ids"]) for _, text in cases]
+    alone = [
+        sampled_run(engine, params, prompt, 12) for (params, _), prompt in zip(cases, prompts, strict=True)
+    ]
+
+    caches = [SharedCache(engine, params, num_workers=2) for params, _ in cases]
+    segs = [(c.new_segment(), [c.new_segment(), c.new_segment()]) for c in caches]
+    firsts = forward_together(
+        [
+            SharedForward(c, [SharedRow(0, [p], ids)])
+            for c, (p, _), ids in zip(caches, segs, prompts, strict=True)
+        ]
+    )
+    outs = [[[s[0].token_id], [s[0].token_id]] for s in firsts if not isinstance(s, EngineError)]
+    broken = caches[0].new_segment()
+    while len(outs[0][1]) < 12:
+        jobs = [
+            SharedForward(c, [SharedRow(w, [p, own[w]], [out[w][-1]]) for w in (0, 1)])
+            for c, (p, own), out in zip(caches, segs, outs, strict=True)
+        ]
+        *results, refused = forward_together(
+            [*jobs, SharedForward(caches[0], [SharedRow(0, [broken, 99], [1])])]
+        )
+        assert isinstance(refused, EngineError) and "no segment 99" in str(refused)
+        for out, samples in zip(outs, results, strict=True):
+            assert not isinstance(samples, EngineError)
+            for w, sample in enumerate(samples):
+                out[w].append(sample.token_id)
+    assert outs == alone
+    assert caches[0].length(broken) == 0
+    for cache in caches:
+        cache.close()
     assert engine.num_free_blocks == 64

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -17,7 +17,8 @@ from paragen.backends.base import (
     generate,
 )
 from paragen.backends.engine import EngineBackend
-from paragen.engine.hogwild import SharedCache
+from paragen.engine import hogwild
+from paragen.engine.hogwild import SharedForward
 from paragen.errors import EngineError
 from paragen.types import GenerateRequest, SamplingParams
 
@@ -95,18 +96,16 @@ async def test_cancelling_mid_forward_frees_every_block(
     """The caller is cancelled while its forward runs on the step thread; leaving still frees it all."""
     started, release = threading.Event(), threading.Event()
     finished: list[bool] = []
-    real_forward = SharedCache.forward
+    real_forward = hogwild.forward_together
 
-    def slow_forward(
-        self: SharedCache, rows: Sequence[SharedRow], suppress: Sequence[int] = (), greedy: bool = False
-    ) -> list[SharedSample]:
+    def slow_forward(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | EngineError]:
         started.set()
         release.wait(5.0)  # hold the pass open until the caller has been cancelled
-        samples = real_forward(self, rows, suppress, greedy)
+        samples = real_forward(jobs)
         finished.append(True)
         return samples
 
-    monkeypatch.setattr(SharedCache, "forward", slow_forward)
+    monkeypatch.setattr(hogwild, "forward_together", slow_forward)
 
     async def session_body() -> None:
         async with backend.shared_session(GREEDY, num_workers=1) as session:
@@ -115,7 +114,7 @@ async def test_cancelling_mid_forward_frees_every_block(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(session_body)
-        await anyio.to_thread.run_sync(started.wait)
+        assert await anyio.to_thread.run_sync(started.wait, 30.0)
         tg.cancel_scope.cancel()
         release.set()
     assert finished == [True]  # the pass had begun and wrote its blocks
@@ -130,3 +129,76 @@ async def test_closed_session_and_engine_refuse(backend: EngineBackend) -> None:
     await backend.aclose()
     with pytest.raises(EngineError, match="closed"):
         await session.new_segment()
+
+
+async def _two_workers(backend: EngineBackend, prompt: str, num_tokens: int) -> list[list[int]]:
+    """Two greedy workers, each seeing the prompt, the other's tokens and then its own."""
+    async with backend.shared_session(GREEDY, num_workers=2) as session:
+        p, own = await session.new_segment(), [await session.new_segment(), await session.new_segment()]
+        (first,) = await session.forward([SharedRow(0, [p], session.tokenize(prompt))], greedy=True)
+        out = [[first.token_id], [first.token_id]]
+        while len(out[0]) < num_tokens:
+            rows = [SharedRow(w, [p, own[1 - w], own[w]], [out[w][-1]]) for w in (0, 1)]
+            for w, sample in enumerate(await session.forward(rows, greedy=True)):
+                out[w].append(sample.token_id)
+        return out
+
+
+async def test_concurrent_sessions_share_forward_passes(
+    backend: EngineBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_sizes: list[int] = []
+    real_forward = hogwild.forward_together
+
+    def counted(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | EngineError]:
+        batch_sizes.append(len(jobs))
+        return real_forward(jobs)
+
+    monkeypatch.setattr(hogwild, "forward_together", counted)
+    prompts = ["Once upon a time", "The capital of France is", "def main():"]
+    alone = [await _two_workers(backend, prompt, 10) for prompt in prompts]
+    assert batch_sizes == [1] * 30
+    batch_sizes.clear()
+    together: dict[str, list[list[int]]] = {}
+
+    async def run(prompt: str) -> None:
+        together[prompt] = await _two_workers(backend, prompt, 10)
+
+    async with anyio.create_task_group() as tg:
+        for prompt in prompts:
+            tg.start_soon(run, prompt)
+    assert [together[prompt] for prompt in prompts] == alone
+    # Passes were shared: measured [2, 1, 3, 3, ...], 11 passes for the 30 (a bound with room for noise).
+    assert sum(batch_sizes) == 30 and len(batch_sizes) <= 20, batch_sizes
+    assert backend.engine.num_free_blocks == 64
+
+
+async def test_batched_calls_give_each_caller_its_own_outcome(backend: EngineBackend) -> None:
+    batches: list[list[int]] = []
+
+    def double(items: list[int]) -> list[int | EngineError]:
+        batches.append(items)
+        return [EngineError(f"bad item {i}") if i < 0 else 2 * i for i in items]
+
+    def broken(items: list[int]) -> list[int | EngineError]:
+        raise ValueError("the whole batch failed")
+
+    outcomes: dict[tuple[str, int], object] = {}
+
+    async def one(fn: Callable[[list[int]], list[int | EngineError]], item: int) -> None:
+        try:
+            value: int = await backend.runtime.call_batched(fn, item)
+            outcomes[fn.__name__, item] = value
+        except EngineError as exc:
+            outcomes[fn.__name__, item] = str(exc)
+
+    async with anyio.create_task_group() as tg:
+        for fn, item in [(double, 1), (double, -1), (double, 3), (broken, 5)]:
+            tg.start_soon(one, fn, item)
+    assert outcomes == {
+        ("double", 1): 2,
+        ("double", -1): "bad item -1",
+        ("double", 3): 6,
+        ("broken", 5): "engine call failed: ValueError('the whole batch failed')",
+    }
+    assert sorted(i for batch in batches for i in batch) == [-1, 1, 3]
