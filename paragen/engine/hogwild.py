@@ -178,8 +178,23 @@ def forward_together(jobs: Sequence[SharedForward]) -> list[list[SharedSample] |
 
     Sessions never see each other's tokens (a row attends only its own view), so merging them
     changes nothing but the batch: concurrent Hogwild! runs cost one pass per step, not one each.
-    A job whose rows are malformed, or whose segments do not fit in the cache, fails alone.
+    A job whose rows are malformed, or whose segments do not fit in the cache, fails alone. Two
+    jobs of one session (tasks of one strategy forwarding at once) run in order, in two passes.
     """
+    outcomes: dict[int, list[SharedSample] | EngineError] = {}
+    pending = list(range(len(jobs)))
+    while pending:
+        now: dict[int, int] = {}  # session -> its first pending job
+        for i in pending:
+            now.setdefault(id(jobs[i].cache), i)
+        chosen = sorted(now.values())
+        outcomes.update(zip(chosen, _forward_once([jobs[i] for i in chosen]), strict=True))
+        pending = [i for i in pending if i not in outcomes]
+    return [outcomes[i] for i in range(len(jobs))]
+
+
+def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | EngineError]:
+    """``forward_together`` for jobs of distinct sessions: one model forward."""
     outcomes: list[list[SharedSample] | EngineError] = [EngineError("not run")] * len(jobs)
     ready: list[tuple[int, dict[int, int]]] = []
     for i, job in enumerate(jobs):

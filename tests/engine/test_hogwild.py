@@ -248,3 +248,26 @@ def test_sessions_forwarded_together_get_what_each_gets_alone(tiny_llama: Path) 
     for cache in caches:
         cache.close()
     assert engine.num_free_blocks == 64
+
+
+def test_two_jobs_of_one_session_run_in_order(tiny_llama: Path) -> None:
+    """Before merging, a session's passes were serialized; in one batch they still are (two passes)."""
+    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=4)
+    ids = {
+        name: list(engine.tokenizer(text, add_special_tokens=False)["input_ids"])
+        for name, text in TEXTS.items()
+    }
+
+    def jobs(cache: SharedCache) -> list[SharedForward]:
+        p, x = cache.new_segment(), cache.new_segment()
+        return [SharedForward(cache, [SharedRow(0, [p], ids["P"])], greedy=True),
+                SharedForward(cache, [SharedRow(0, [p, x], ids["X"])], greedy=True)]  # fmt: skip
+
+    first, second = jobs(one := SharedCache(engine, GREEDY, num_workers=1))
+    expected = [one.forward(first.rows, greedy=True), one.forward(second.rows, greedy=True)]
+    together = SharedCache(engine, GREEDY, num_workers=1)
+    assert forward_together(jobs(together)) == expected
+    assert [together.length(s) for s in (0, 1)] == [len(ids["P"]), len(ids["X"])]
+    one.close()
+    together.close()
+    assert engine.num_free_blocks == 64
