@@ -187,7 +187,7 @@ def forward_together(jobs: Sequence[SharedForward]) -> list[list[SharedSample] |
         now: dict[int, int] = {}  # session -> its first pending job
         for i in pending:
             now.setdefault(id(jobs[i].cache), i)
-        chosen = sorted(now.values())
+        chosen = list(now.values())  # in job order, as pending is
         outcomes.update(zip(chosen, _forward_once([jobs[i] for i in chosen]), strict=True))
         pending = [i for i in pending if i not in outcomes]
     return [outcomes[i] for i in range(len(jobs))]
@@ -195,7 +195,7 @@ def forward_together(jobs: Sequence[SharedForward]) -> list[list[SharedSample] |
 
 def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | EngineError]:
     """``forward_together`` for jobs of distinct sessions: one model forward."""
-    outcomes: list[list[SharedSample] | EngineError] = [EngineError("not run")] * len(jobs)
+    outcomes: dict[int, list[SharedSample] | EngineError] = {}
     ready: list[tuple[int, dict[int, int]]] = []
     for i, job in enumerate(jobs):
         try:
@@ -203,7 +203,7 @@ def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | En
         except EngineError as exc:
             outcomes[i] = exc
     if not ready:
-        return outcomes
+        return [outcomes[i] for i in range(len(jobs))]
     engine = jobs[ready[0][0]].cache.engine
     placed = [jobs[i].cache._place(row, lengths) for i, lengths in ready for row in jobs[i].rows]
     logits = _logits(engine, placed)
@@ -219,7 +219,7 @@ def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | En
     for i, _ in ready:
         outcomes[i] = samples[start : start + len(jobs[i].rows)]
         start += len(jobs[i].rows)
-    return outcomes
+    return [outcomes[i] for i in range(len(jobs))]
 
 
 def _logits(engine: LLMEngine, rows: Sequence[_Placed]) -> torch.Tensor:

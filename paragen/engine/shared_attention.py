@@ -9,8 +9,8 @@ The rows of a group gather their blocks with the k-th longest segment of every v
 slots (each position padded to its widest table in the group; keys may come in any order, only
 their rotation matters), so each segment's rotation of the queries is scored against that
 segment's keys only: S small score matmuls whose work adds up to one plain score matmul over the
-view, not S of them. The key read, the mask, the softmax and the
-value matmul are those of the plain decode path.
+view, not S of them. The key read, the mask, the softmax and the value matmul are those of the
+plain decode path.
 """
 
 from __future__ import annotations

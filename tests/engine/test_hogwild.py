@@ -228,24 +228,26 @@ def test_sessions_forwarded_together_get_what_each_gets_alone(tiny_llama: Path) 
             for c, (p, _), ids in zip(caches, segs, prompts, strict=True)
         ]
     )
-    outs = [[[s[0].token_id], [s[0].token_id]] for s in firsts if not isinstance(s, EngineError)]
-    broken = caches[0].new_segment()
+    outs: list[list[list[int]]] = []
+    for samples in firsts:
+        assert not isinstance(samples, EngineError)
+        outs.append([[samples[0].token_id], [samples[0].token_id]])
+    other = SharedCache(engine, GREEDY, num_workers=1)  # a third session, in the same passes
+    broken = other.new_segment()
     while len(outs[0][1]) < 12:
         jobs = [
             SharedForward(c, [SharedRow(w, [p, own[w]], [out[w][-1]]) for w in (0, 1)])
             for c, (p, own), out in zip(caches, segs, outs, strict=True)
         ]
-        *results, refused = forward_together(
-            [*jobs, SharedForward(caches[0], [SharedRow(0, [broken, 99], [1])])]
-        )
+        *results, refused = forward_together([*jobs, SharedForward(other, [SharedRow(0, [broken, 99], [1])])])
         assert isinstance(refused, EngineError) and "no segment 99" in str(refused)
         for out, samples in zip(outs, results, strict=True):
             assert not isinstance(samples, EngineError)
             for w, sample in enumerate(samples):
                 out[w].append(sample.token_id)
     assert outs == alone
-    assert caches[0].length(broken) == 0
-    for cache in caches:
+    assert other.length(broken) == 0
+    for cache in [*caches, other]:
         cache.close()
     assert engine.num_free_blocks == 64
 
