@@ -1,15 +1,35 @@
-"""Run model-written Python in a subprocess sandbox.
+"""Run model-written Python in a sandbox that holds for every user, root or not.
 
-Layers, strongest first, each used where this machine allows it:
+Isolation rests on Linux namespaces, made with ``unshare`` (util-linux) wherever the kernel
+allows them, for root and for unprivileged users alike (unprivileged user namespaces):
 
-1. Namespaces (root only, via ``unshare``): a fresh network namespace with no interfaces,
-   and a PID namespace, so killing its first process kills every process the code made.
-2. An unprivileged user (``setpriv`` to nobody when running as root), so file permissions
-   and the process-count limit apply.
-3. Limits set before any user code runs: CPU seconds, address space, process count, file size.
-4. An audit hook in the child refusing sockets, process creation, ctypes, and writes outside
-   the sandbox's own temporary directory.
-5. A wall-clock timeout and an output cap enforced by the parent.
+- network: a namespace of its own with no usable interface (loopback down), so no connection
+  reaches anything, the host's loopback included;
+- PID: the code sees only its own processes, and a supervisor as PID 1 whose death (the
+  parent's kill at the time limit, or the parent's own death) kills every process it made;
+- mount: a new root of read-only binds of the system directories (``/usr``, ``/lib*``, ``/bin``,
+  two files of ``/etc``) and of the interpreter's installation (``sys.base_prefix``, not the
+  venv), the run's own folder as ``/sandbox`` (the only writable place besides a private
+  ``/tmp`` of 64 MB), ``/dev/{null,zero,random,urandom}`` and a fresh ``/proc`` of the new PID
+  namespace; the old root is detached, so the user's home, the working directory, the
+  repository and the parent's ``/proc`` (its environment, API keys included) are not there;
+- user: as root the code runs as nobody with no capabilities; as any other user in a user
+  namespace as its root with every capability dropped (securebits locked, no_new_privs), so it
+  can neither remount nor leave the new root.
+
+Inside, before the code: CPU seconds, address space, process count and file size limits, and
+an audit hook refusing sockets, process creation, ctypes and writes outside the folder (defence
+in depth only: ``_posixsubprocess.fork_exec`` or a C extension pass it). The parent enforces a
+wall-clock timeout and an output cap.
+
+Not guaranteed: protection from kernel bugs (the code shares the host kernel and may make any
+system call), from CPU or memory-bandwidth contention, or secrecy of what the read-only system
+directories and the interpreter's installation hold. Where namespaces are not available (no
+util-linux, user namespaces disabled, a container refusing them) the tool refuses to run and its
+observation says why, in one line naming the opt-in to the weak mode: ``PARAGEN_PYTHON_TOOL_UNSAFE=1``
+or the tool option ``unsafe_no_isolation=true`` (limits and audit hook only).
+:func:`~strategies.llmcompiler.tools.sandbox.isolation` answers the same before any run, and
+every result records the isolation it ran under.
 
 The tool never raises for what the code does: a crash, a refusal or a timeout comes back as
 the observation text, so the plan goes on.
@@ -18,56 +38,19 @@ the observation text, so the plan goes on.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 from anyio.abc import Process
 from pydantic import BaseModel, Field
 
 from strategies.llmcompiler.tools import tool
-
-_RUNNER = r"""
-import os, resource, sys
-tmp, path, cpu, mem, nproc, fsize = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
-for kind, value in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem),
-                    (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_FSIZE, fsize),
-                    (resource.RLIMIT_CORE, 0)):
-    resource.setrlimit(kind, (value, value))
-code = open(path).read()
-WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-BLOCKED = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.spawn",
-           "pty.", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function", "os.kill", "os.killpg")
-PATH_EVENTS = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
-               "os.truncate": 1, "os.rename": 2, "os.link": 2, "os.symlink": 2, "shutil.rmtree": 1}
-def inside(p):
-    if isinstance(p, int):
-        return True
-    real = os.path.realpath(os.fsdecode(p))
-    return real == tmp or real.startswith(tmp + os.sep)
-def hook(event, args):
-    if event.startswith(BLOCKED):
-        raise PermissionError(f"sandbox: {event} is not allowed")
-    if event == "open":
-        p, mode, flags = args
-        writes = (mode is not None and any(c in mode for c in "wax+")) or bool((flags or 0) & WRITE)
-        if writes and not inside(p):
-            raise PermissionError(f"sandbox: writing outside the sandbox directory is not allowed: {p}")
-    elif event in PATH_EVENTS:
-        for p in args[: PATH_EVENTS[event]]:
-            if not inside(p):
-                raise PermissionError(f"sandbox: {event} outside the sandbox directory is not allowed")
-sys.addaudithook(hook)
-os.chdir(tmp)
-exec(compile(code, "<sandbox>", "exec"), {"__name__": "__main__"})
-"""
-
+from strategies.llmcompiler.tools.sandbox import clean_env, command, isolation
 
 class PythonArgs(BaseModel):
     code: str = Field(description="a Python program; print() what you want to see")
@@ -86,6 +69,7 @@ async def python(
     memory_mb: int = 512,
     max_processes: int = 32,
     max_output: int = 8_000,
+    unsafe_no_isolation: bool = False,
 ) -> str:
     result = await run_sandboxed(
         args.code,
@@ -94,6 +78,7 @@ async def python(
         memory_mb=memory_mb,
         max_processes=max_processes,
         max_output=max_output,
+        unsafe_no_isolation=unsafe_no_isolation,
     )
     return result.observation()
 
@@ -124,61 +109,30 @@ async def run_sandboxed(
     memory_mb: int = 512,
     max_processes: int = 32,
     max_output: int = 8_000,
+    unsafe_no_isolation: bool = False,
 ) -> SandboxResult:
-    """Run ``code`` under every isolation layer available here (see the module docstring)."""
+    """Run ``code`` isolated (see the module docstring), or answer why not."""
+    chosen = await anyio.to_thread.run_sync(isolation, unsafe_no_isolation)
+    if chosen.refusal is not None:
+        return SandboxResult(chosen.refusal, None, None, chosen.kind)
     with tempfile.TemporaryDirectory(prefix="paragen-py-") as tmp:
-        root = Path(tmp)
-        (root / "main.py").write_text(code, encoding="utf-8")
+        folder = Path(tmp)
+        (folder / "work").mkdir()
+        (folder / "work" / "main.py").write_text(code, encoding="utf-8")
         limits = [str(cpu_s), str(memory_mb << 20), str(max_processes), str(16 << 20)]
-        command, isolation = _command(root, limits)
         started = anyio.current_time()
         async with await anyio.open_process(
-            command, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True, env=_env()
+            command(folder, limits, chosen.kind),
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=clean_env(),
         ) as process:
             output, killed = await _collect(process, timeout_s, max_output)
             returncode = process.returncode
         if killed is None and returncode and anyio.current_time() - started >= 0.9 * cpu_s:
-            killed = f"CPU limit {cpu_s}s"  # SIGXCPU; unshare reports it only as a failure
-        return SandboxResult(output, returncode, killed, isolation)
-
-
-def _command(root: Path, limits: list[str]) -> tuple[list[str], str]:
-    runner = [sys.executable, "-I", "-c", _RUNNER, str(root.resolve()), str(root / "main.py"), *limits]
-    if not _namespaces_work():
-        return runner, "rlimits+audit"
-    os.chown(root, 65534, 65534)  # the code runs as nobody and may write only here
-    os.chown(root / "main.py", 65534, 65534)
-    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
-    return [
-        "unshare",
-        "--net",
-        "--pid",
-        "--fork",
-        "--kill-child",
-        *drop,
-        *runner,
-    ], "netns+pidns+nobody+rlimits+audit"
-
-
-@functools.cache
-def _namespaces_work() -> bool:
-    """Whether ``unshare`` can make network and PID namespaces here (root in most containers)."""
-    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")):
-        return False
-    probe = ["unshare", "--net", "--pid", "--fork", "--kill-child", "true"]
-    try:
-        return subprocess.run(probe, capture_output=True, timeout=5, check=False).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def _env() -> dict[str, str]:
-    return {
-        "PATH": "/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "HOME": "/nonexistent",
-    }
+            killed = f"CPU limit {cpu_s}s"  # SIGXCPU or SIGKILL, reported through the supervisor
+        return SandboxResult(output, returncode, killed, chosen.kind)
 
 
 async def _collect(process: Process, timeout_s: float, max_output: int) -> tuple[str, str | None]:
