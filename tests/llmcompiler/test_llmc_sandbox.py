@@ -1,18 +1,34 @@
-"""The python tool's sandbox refuses escapes, and a refused action does not stop the plan."""
+"""The python tool's sandbox holds for root and for nobody, refuses to run without isolation
+(unless the unsafe mode is chosen by name), and a refused action does not stop the plan.
+
+The attacks (``llmc_attacks``) run through the tool as this process's user and, when the
+tests run as root, as nobody too; each is checked by its actual effect outside the sandbox."""
 
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
+from llmc_attacks import (
+    SECRET,
+    Targets,
+    attacks,
+    effects,
+    loopback_listener,
+    nobody_layout,
+    run_as_nobody,
+)
 from llmc_helpers import backend
 
 from paragen.orchestrator import Orchestrator
 from paragen.types import Problem
 from strategies.llmcompiler import LLMCompiler
 from strategies.llmcompiler.tools import python as sandbox
+from strategies.llmcompiler.tools import sandbox as isolation
 from strategies.llmcompiler.tools.calculator import calculator
 
 LIMITS = {"timeout_s": 3.0, "cpu_s": 1, "memory_mb": 256}
@@ -30,38 +46,6 @@ async def test_ordinary_code_runs_and_may_use_its_own_folder() -> None:
 
 
 @pytest.mark.anyio
-async def test_network_is_refused() -> None:
-    result = await run_code(
-        "import socket\ns = socket.create_connection(('127.0.0.1', 22), timeout=1)\nprint('IN')"
-    )
-    assert "IN" not in result.output and result.returncode != 0
-
-
-@pytest.mark.anyio
-async def test_writes_outside_the_sandbox_folder_are_refused(tmp_path: Path) -> None:
-    target = tmp_path / "escaped.txt"
-    os.chmod(tmp_path, 0o777)  # even a folder anyone may write to stays out of reach
-    result = await run_code(f"open({str(target)!r}, 'w').write('x')")
-    assert not target.exists() and "PermissionError" in result.output
-    result = await run_code(f"import os\nos.rename('.', {str(tmp_path / 'moved')!r})")
-    assert result.returncode != 0 and not (tmp_path / "moved").exists()
-
-
-@pytest.mark.anyio
-async def test_fork_bomb_and_subprocesses_are_refused() -> None:
-    result = await run_code("import os\nwhile True:\n    os.fork()")
-    assert result.returncode != 0 and "not allowed" in result.output
-    result = await run_code("import subprocess\nsubprocess.run(['sh', '-c', ':(){ :|:& };:'])")
-    assert result.returncode != 0 and "not allowed" in result.output
-
-
-@pytest.mark.anyio
-async def test_memory_hog_is_stopped() -> None:
-    result = await run_code("x = bytearray(2 * 1024**3)\nprint('ALLOCATED')")
-    assert "ALLOCATED" not in result.output and "MemoryError" in result.output
-
-
-@pytest.mark.anyio
 async def test_infinite_loop_and_sleep_are_stopped_in_time() -> None:
     start = anyio.current_time()
     spin = await run_code("while True:\n    pass")
@@ -76,14 +60,107 @@ async def test_output_is_capped() -> None:
     assert len(result.output) <= 5000 and result.killed == "output over 5000 bytes"
 
 
+@pytest.fixture
+def jailed() -> str:
+    chosen = isolation.isolation()
+    if chosen.refusal is not None:
+        pytest.skip(f"no namespaces on this machine: {chosen.refusal}")
+    return chosen.kind
+
+
+@pytest.fixture
+def layout() -> Iterator[Path]:
+    """A folder nobody may enter (0o755) holding a home, a working directory and an open folder."""
+    with tempfile.TemporaryDirectory(prefix="paragen-attacks-") as tmp:
+        os.chmod(tmp, 0o755)
+        yield Path(tmp)
+
+
+def check(results: dict[str, tuple[str, int | None, str | None]]) -> None:
+    """Each attack stopped the way it should be; the secret never in any output."""
+    for name, (output, _, _) in results.items():
+        assert SECRET not in output, name
+    assert "not allowed" in results["socket"][0] and "not allowed" in results["posix_spawn"][0]
+    assert "Network is unreachable" in results["fork_exec"][0]  # the hook-free child: no network
+    assert "not allowed" in results["write"][0]
+    assert "ALLOCATED" not in results["memory_bomb"][0] + results["memory_bomb_child"][0]
+    assert "MemoryError" in results["memory_bomb"][0] and "MemoryError" in results["memory_bomb_child"][0]
+    assert results["infinite_loop"][2] is not None
+    assert "Cannot fork" in results["fork_bomb"][0] or results["fork_bomb"][2] is not None
+
+
 @pytest.mark.anyio
-async def test_without_namespaces_the_audit_layer_still_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox, "_namespaces_work", lambda: False)
-    net = await run_code("import socket\nsocket.socket()")
+async def test_attacks_as_this_user_have_no_effect(
+    jailed: str, layout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARAGEN_FAKE_API_KEY", SECRET)
+    home = Path.home() / f".paragen-sandbox-test-{os.getpid()}"
+    cwd = Path.cwd() / f".paragen-sandbox-test-{os.getpid()}"
+    outside = layout / "outside"
+    outside.mkdir()
+    outside.chmod(0o777)  # even a folder anyone may write to stays out of reach
+    for path in (home, cwd):
+        path.write_text(SECRET)
+    try:
+        with loopback_listener() as listener:
+            targets = Targets(os.getpid(), listener.getsockname()[1], home, cwd, outside)
+            results = {}
+            for name, code in attacks(targets).items():
+                r = await run_code(code, timeout_s=4.0, cpu_s=2, max_processes=16)
+                assert r.isolation == jailed
+                results[name] = (r.output, r.returncode, r.killed)
+            check(results)
+            assert effects(targets, listener) == []
+    finally:
+        home.unlink()
+        cwd.unlink()
+
+
+def test_attacks_as_nobody_have_no_effect(jailed: str, layout: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become nobody; the test above ran the attacks as this user")
+    targets = nobody_layout(layout)
+    with loopback_listener() as listener:
+        targets = Targets(0, listener.getsockname()[1], targets.home_file, targets.cwd_file, targets.outside)
+        aimed = attacks(Targets(999_999_999, targets.port, targets.home_file, targets.cwd_file, targets.outside))
+        codes = {name: code.replace("999999999", "PARENT_PID") for name, code in aimed.items()}  # the driver's
+        env = {"PARAGEN_FAKE_API_KEY": SECRET}
+        report = run_as_nobody(codes, layout / "cwd", layout / "home", env)
+        assert report["uid"] == 65534 and str(report["probe"]).startswith("namespaces(")
+        raw = report["results"]
+        assert isinstance(raw, dict)
+        check({name: (out, rc, killed) for name, (out, rc, killed, _) in raw.items()})
+        assert all(str(kind).endswith("+rlimits+audit") and ",user)" in str(kind) for *_, kind in raw.values())
+        assert effects(targets, listener) == []
+
+
+@pytest.mark.anyio
+async def test_without_namespaces_the_tool_refuses_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    isolation._probe.cache_clear()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv(isolation.UNSAFE_ENV, raising=False)
+    try:
+        chosen = isolation.isolation()
+        assert chosen.kind == "refused" and chosen.refusal is not None
+        result = await sandbox.python((), {"code": "print(1)"})
+    finally:
+        isolation._probe.cache_clear()
+    assert result == chosen.refusal and "\n" not in result
+    assert "unshare (util-linux) is not on PATH" in result
+    assert isolation.UNSAFE_ENV in result and "unsafe_no_isolation" in result
+
+
+@pytest.mark.anyio
+async def test_the_unsafe_mode_runs_only_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(isolation, "_probe", lambda: "user namespaces are off")
+    monkeypatch.delenv(isolation.UNSAFE_ENV, raising=False)
+    assert (await run_code("print(1)")).isolation == "refused"
+    opted = await run_code("import socket\nsocket.socket()", unsafe_no_isolation=True)
+    monkeypatch.setenv(isolation.UNSAFE_ENV, "1")
     write = await run_code("open('/tmp/paragen-escape-test', 'w')")
-    assert "not allowed" in net.output and "not allowed" in write.output
+    assert opted.isolation == write.isolation == "unsafe:rlimits+audit"
+    assert "not allowed" in opted.output and "not allowed" in write.output
     assert not await anyio.Path("/tmp/paragen-escape-test").exists()
-    assert (await run_code("print(1)")).isolation == "rlimits+audit"
 
 
 @pytest.mark.anyio
