@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-paragen-fake-secret-5f1d2c"
 MARKER = "paragen-bomb-7c1e"
+PARENT = 999_999_999  # in attacks run by the nobody driver: replaced by the driver's pid
 NOBODY = 65534
 
 SPAWN = r"""
@@ -59,7 +60,7 @@ def attacks(t: Targets) -> dict[str, str]:
         f"cat /proc/{t.parent}/environ {t.home_file} {t.cwd_file}; cat /proc/*/environ; "
         f"touch /usr/{MARKER} /sandbox/../{MARKER}"
     )
-    connect = f"import socket; socket.create_connection(('127.0.0.1', {t.port}), timeout=1); print('CONNECTED')"
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {t.port}), timeout=1); print('IN')"
     return {
         "socket": f"import socket\ns = socket.socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', {t.port}))",
         "fork_exec": SPAWN + f"os.waitpid(spawn(['/bin/sh', '-c', {shell!r}]), 0)\n"
@@ -111,7 +112,7 @@ def loopback_listener() -> Iterator[socket.socket]:
         yield listener
 
 
-def nobody_layout(base: Path) -> Targets:
+def nobody_layout(base: Path, port: int) -> Targets:
     """A home, a working directory (each with a secret file) and a folder anyone may write."""
     for name in ("home", "cwd", "outside"):
         (base / name).mkdir()
@@ -120,14 +121,14 @@ def nobody_layout(base: Path) -> Targets:
     for name in ("home", "cwd"):
         (base / name / "secret.txt").write_text(SECRET)
         os.chown(base / name / "secret.txt", NOBODY, NOBODY)
-    return Targets(0, 0, base / "home" / "secret.txt", base / "cwd" / "secret.txt", base / "outside")
+    return Targets(PARENT, port, base / "home" / "secret.txt", base / "cwd" / "secret.txt", base / "outside")
 
 
 def _closed_ancestors(paths: list[Path]) -> list[tuple[Path, str]]:
     """(folder others cannot enter, its child on the way) for every needed path."""
     found: list[tuple[Path, str]] = []
     for path in paths:
-        for parent in [*reversed(path.parents)][:-1] if path.is_file() else [*reversed(path.parents), path][:-1]:
+        for parent in reversed(path.parents):
             child = path.relative_to(parent).parts[0]
             if not os.stat(parent).st_mode & stat.S_IXOTH and (parent, child) not in found:
                 found.append((parent, child))
@@ -163,7 +164,7 @@ codes = json.loads(sys.argv[2])
 async def main():
     out = {}
     for name, code in codes.items():
-        r = await sandbox.run_sandboxed(code.replace("PARENT_PID", str(os.getpid())), timeout_s=4.0, cpu_s=2,
+        r = await sandbox.run_sandboxed(code.replace(sys.argv[3], str(os.getpid())), timeout_s=4.0, cpu_s=2,
                                         memory_mb=256, max_processes=16)
         out[name] = [r.output, r.returncode, r.killed, r.isolation]
     print(json.dumps({"uid": os.getuid(), "probe": isolation().kind, "results": out}))
@@ -173,7 +174,7 @@ anyio.run(main)
 
 def run_as_nobody(codes: dict[str, str], cwd: Path, home: Path, env: dict[str, str]) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="paragen-stash-") as stash:
-        argv = [sys.executable, "-c", DRIVER, str(REPO), json.dumps(codes)]
+        argv = [sys.executable, "-c", DRIVER, str(REPO), json.dumps(codes), str(PARENT)]
         done = subprocess.run(
             nobody_command(argv, Path(stash)),
             cwd=cwd,

@@ -52,6 +52,7 @@ from pydantic import BaseModel, Field
 from strategies.llmcompiler.tools import tool
 from strategies.llmcompiler.tools.sandbox import clean_env, command, isolation
 
+
 class PythonArgs(BaseModel):
     code: str = Field(description="a Python program; print() what you want to see")
 

@@ -24,7 +24,8 @@ NOBODY = 65534
 _HERE = Path(__file__).parent
 _JAIL = (_HERE / "jail.py").read_text(encoding="utf-8")
 _RUNNER = (_HERE / "runner.py").read_text(encoding="utf-8")
-_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC = ("/etc/ld.so.cache", "/etc/localtime")  # the loader's cache, the time zone; no more of /etc
 _CAPS = ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
 _NOROOT = "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked,+keep_caps_locked"
 
@@ -87,12 +88,16 @@ def _jailed(folder: Path, runner_args: list[str]) -> list[str]:
     config = {
         "root": str((folder / "root").resolve()),
         "work": str((folder / "work").resolve()),
-        "ro": [*_SYSTEM, _prefix(python)],
-        "argv": [shutil.which("setpriv") or "/usr/bin/setpriv", *drop, python, "-I", "-c", _RUNNER, *runner_args],
+        "ro": [*_SYSTEM, *_ETC, _prefix(python)],
+        "argv": [_setpriv(), *drop, python, "-I", "-c", _RUNNER, *runner_args],
     }
     user = [] if root else ["--user", "--map-root-user"]
     unshare = ["unshare", *user, "--mount", "--pid", "--net", "--fork", "--kill-child"]
     return [*unshare, python, "-I", "-S", "-c", _JAIL, json.dumps(config)]
+
+
+def _setpriv() -> str:
+    return shutil.which("setpriv") or "/usr/bin/setpriv"
 
 
 def _prefix(python: str) -> str:
@@ -123,7 +128,8 @@ def _probe() -> str | None:
 
 
 def clean_env() -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/nonexistent"}
+    """The whole environment of the sandbox: nothing of the parent's (API keys) passes."""
+    return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/sandbox"}
 
 
 __all__ = ["UNSAFE_ENV", "Isolation", "clean_env", "command", "interpreter", "isolation", "unsafe_requested"]

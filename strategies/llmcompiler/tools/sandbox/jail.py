@@ -15,6 +15,7 @@ and runs the runner.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -83,10 +84,8 @@ def optional(root: str) -> None:
             mount(f"/dev/{name}", dev, None, MS_BIND)
         except OSError:
             os.unlink(dev)
-    try:
+    with contextlib.suppress(OSError):
         mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    except OSError:
-        pass
 
 
 def build(root: str, work: str, ro: list[str]) -> None:

@@ -49,10 +49,9 @@ def hook_for(folder: str) -> Any:
             path, mode, flags = args
             writes = (mode is not None and any(c in mode for c in "wax+")) or bool((flags or 0) & WRITE)
             if writes and not inside(path):
-                raise PermissionError(f"sandbox: writing outside the sandbox directory is not allowed: {path}")
-        elif event in PATH_EVENTS:
-            if not all(inside(p) for p in args[: PATH_EVENTS[event]]):
-                raise PermissionError(f"sandbox: {event} outside the sandbox directory is not allowed")
+                raise PermissionError(f"sandbox: writing outside the sandbox folder is not allowed: {path}")
+        elif event in PATH_EVENTS and not all(inside(p) for p in args[: PATH_EVENTS[event]]):
+            raise PermissionError(f"sandbox: {event} outside the sandbox folder is not allowed")
 
     return hook
 
