@@ -57,14 +57,14 @@ class Targets:
 def attacks(t: Targets) -> dict[str, str]:
     shell = (
         f"echo PWNED > {t.outside}/by-shell; echo PWNED > /tmp/{MARKER}-tmp; "
-        f"cat /proc/{t.parent}/environ {t.home_file} {t.cwd_file}; cat /proc/*/environ; "
-        f"touch /usr/{MARKER} /sandbox/../{MARKER}"
+        f"touch /usr/{MARKER} /sandbox/../{MARKER}; "
+        f"cat /proc/{t.parent}/environ {t.home_file} {t.cwd_file}; cat /proc/*/environ"
     )
     connect = f"import socket; socket.create_connection(('127.0.0.1', {t.port}), timeout=1); print('IN')"
     return {
         "socket": f"import socket\ns = socket.socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', {t.port}))",
-        "fork_exec": SPAWN + f"os.waitpid(spawn(['/bin/sh', '-c', {shell!r}]), 0)\n"
-        f"os.waitpid(spawn([sys.executable, '-c', {connect!r}]), 0)",
+        "fork_exec": SPAWN + f"os.waitpid(spawn([sys.executable, '-c', {connect!r}]), 0)\n"
+        f"os.waitpid(spawn(['/bin/sh', '-c', {shell!r}]), 0)",
         "posix_spawn": f"import os\nos.posix_spawn('/bin/sh', ['sh', '-c', {shell!r}], {{}})",
         "environ": f"print(open('/proc/{t.parent}/environ').read())\nimport os\nprint(os.environ)\n"
         "import glob\nfor p in glob.glob('/proc/*/environ'):\n    print(p, open(p).read())",

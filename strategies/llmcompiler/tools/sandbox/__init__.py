@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ _RUNNER = (_HERE / "runner.py").read_text(encoding="utf-8")
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = ("/etc/ld.so.cache", "/etc/localtime")  # the loader's cache, the time zone; no more of /etc
 _CAPS = ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+_PROBING = threading.Lock()
 _NOROOT = "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked,+keep_caps_locked"
 
 
@@ -51,7 +53,8 @@ def unsafe_requested(option: bool = False) -> bool:
 
 def isolation(unsafe: bool = False) -> Isolation:
     """What the next run gets: namespaces, the weak unsafe mode, or a refusal saying why."""
-    problem = _probe()
+    with _PROBING:  # concurrent first runs wait for one probe
+        problem = _probe()
     if problem is None:
         return Isolation(_namespace_kind())
     if unsafe_requested(unsafe):
@@ -88,7 +91,7 @@ def _jailed(folder: Path, runner_args: list[str]) -> list[str]:
     config = {
         "root": str((folder / "root").resolve()),
         "work": str((folder / "work").resolve()),
-        "ro": [*_SYSTEM, *_ETC, _prefix(python)],
+        "ro": [*_SYSTEM, *_ETC, *_prefixes(python)],
         "argv": [_setpriv(), *drop, python, "-I", "-c", _RUNNER, *runner_args],
     }
     user = [] if root else ["--user", "--map-root-user"]
@@ -100,9 +103,13 @@ def _setpriv() -> str:
     return shutil.which("setpriv") or "/usr/bin/setpriv"
 
 
-def _prefix(python: str) -> str:
+def _prefixes(python: str) -> list[str]:
+    """The interpreter's installation, unless a system directory already holds it."""
     prefix = os.path.realpath(sys.base_prefix)
-    return prefix if python.startswith(prefix + os.sep) else os.path.dirname(os.path.dirname(python))
+    if not python.startswith(prefix + os.sep):
+        prefix = os.path.dirname(os.path.dirname(python))
+    inside = any(prefix == d or prefix.startswith(d + os.sep) for d in _SYSTEM)
+    return [] if inside else [prefix]
 
 
 @functools.cache
