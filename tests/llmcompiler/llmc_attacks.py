@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import stat
 import subprocess
@@ -72,7 +73,7 @@ def attacks(t: Targets) -> dict[str, str]:
         "    try:\n        print(open(p).read())\n    except OSError as e:\n        print(e)",
         "write": f"open({str(t.outside / 'by-open')!r}, 'w').write('PWNED')",
         "fork_bomb": SPAWN + f"spawn(['/bin/sh', '-c', 'f(){{ f | f & }}; f', {MARKER!r}])\n"
-        "import time\ntime.sleep(30)",
+        "import time\ntime.sleep(1.5)",  # then exits: the PID namespace ends with every process in it
         "memory_bomb": "x = bytearray(4 * 1024**3)\nprint('ALLOCATED')",
         "memory_bomb_child": SPAWN + "os.waitpid(spawn([sys.executable, '-c', "
         "'x = bytearray(4 * 1024**3); print(\"ALLOCATED\")']), 0)",
@@ -124,15 +125,15 @@ def nobody_layout(base: Path, port: int) -> Targets:
     return Targets(PARENT, port, base / "home" / "secret.txt", base / "cwd" / "secret.txt", base / "outside")
 
 
-def _closed_ancestors(paths: list[Path]) -> list[tuple[Path, str]]:
-    """(folder others cannot enter, its child on the way) for every needed path."""
-    found: list[tuple[Path, str]] = []
+def _closed_ancestors(paths: list[Path]) -> dict[Path, list[str]]:
+    """Folders others cannot enter (outermost first), each with its children on the way."""
+    found: dict[Path, list[str]] = {}
     for path in paths:
         for parent in reversed(path.parents):
             child = path.relative_to(parent).parts[0]
-            if not os.stat(parent).st_mode & stat.S_IXOTH and (parent, child) not in found:
-                found.append((parent, child))
-    return found
+            if not os.stat(parent).st_mode & stat.S_IXOTH and child not in found.setdefault(parent, [child]):
+                found[parent].append(child)
+    return {folder: children for folder, children in found.items() if children}
 
 
 def nobody_command(argv: list[str], stash: Path) -> list[str]:
@@ -141,15 +142,13 @@ def nobody_command(argv: list[str], stash: Path) -> list[str]:
     an open tmpfs holding binds of only the children on the way; then ``setpriv`` to nobody."""
     needed = [Path(sys.base_prefix).resolve(), Path(sys.prefix), REPO]
     script = ["set -e"]
-    for i, (closed, child) in enumerate(_closed_ancestors(needed)):
-        keep = stash / str(i)
-        script += [
-            f"mkdir -p {keep}",
-            f"mount --bind {closed} {keep}",
-            f"mount -t tmpfs -o mode=755 tmpfs {closed}",
-            f"mkdir -p {closed / child}",
-            f"mount --rbind {keep / child} {closed / child}",
-        ]
+    for i, (closed, children) in enumerate(_closed_ancestors(needed).items()):
+        keep, folder = shlex.quote(str(stash / str(i))), shlex.quote(str(closed))
+        script += [f"mkdir -p {keep}", f"mount --rbind {folder} {keep}"]
+        script.append(f"mount -t tmpfs -o mode=755 tmpfs {folder}")  # open, and holding only:
+        for child in children:
+            inner = shlex.quote(str(closed / child))
+            script += [f"mkdir -p {inner}", f"mount --rbind {keep}/{shlex.quote(child)} {inner}"]
     drop = f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --inh-caps=-all --bounding-set=-all"
     script.append(f'exec {drop} "$@"')
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script), "sh", *argv]
