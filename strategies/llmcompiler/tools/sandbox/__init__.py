@@ -91,8 +91,8 @@ def _jailed(folder: Path, runner_args: list[str]) -> list[str]:
     config = {
         "root": str((folder / "root").resolve()),
         "work": str((folder / "work").resolve()),
-        "ro": [*_SYSTEM, *_ETC, *_prefixes(python)],
-        "argv": [_setpriv(), *drop, python, "-I", "-c", _RUNNER, *runner_args],
+        "ro": [*_SYSTEM, *_ETC, *_prefixes(python), *site_dirs()],
+        "argv": [_setpriv(), *drop, python, "-I", "-c", _RUNNER, *runner_args, *site_dirs()],
     }
     user = [] if root else ["--user", "--map-root-user"]
     unshare = ["unshare", *user, "--mount", "--pid", "--net", "--fork", "--kill-child"]
@@ -110,6 +110,14 @@ def _prefixes(python: str) -> list[str]:
         prefix = os.path.dirname(os.path.dirname(python))
     inside = any(prefix == d or prefix.startswith(d + os.sep) for d in _SYSTEM)
     return [] if inside else [prefix]
+
+
+def site_dirs() -> list[str]:
+    """The venv's package folders (and those its .pth files add), read-only in the new root and
+    on the code's path, so it imports what the parent could; never the repository itself."""
+    base = os.path.realpath(sys.base_prefix) + os.sep
+    found = [os.path.realpath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    return [p for p in dict.fromkeys(found) if os.path.isdir(p) and not p.startswith(base)]
 
 
 @functools.cache

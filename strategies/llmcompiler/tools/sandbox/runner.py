@@ -1,9 +1,10 @@
 """The last step before the model's code: resource limits, then an audit hook, then ``exec``.
 
 Run as ``python -I -c <this file's text> <folder> <code file> <cpu s> <bytes> <processes>
-<file bytes>``. Standard library only. The audit hook (refusing sockets, process creation,
-ctypes and writes outside ``<folder>``) is defence in depth: ``_posixsubprocess.fork_exec``
-and any C extension pass it, so the guarantees rest on the namespaces around this process.
+<file bytes> [<package folder>...]``. Standard library only. The audit hook (refusing sockets,
+process creation, ctypes and writes outside ``<folder>``) is defence in depth:
+``_posixsubprocess.fork_exec`` and any C extension pass it, so the guarantees rest on the
+namespaces around this process.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def main() -> None:
         code = source.read()
     sys.addaudithook(hook_for(folder))
     os.chdir(folder)
+    sys.path.extend(sys.argv[7:])
     sys.argv = [path]
     exec(compile(code, "<sandbox>", "exec"), {"__name__": "__main__"})
 
