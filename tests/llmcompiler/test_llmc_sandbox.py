@@ -131,20 +131,32 @@ def test_attacks_as_nobody_have_no_effect(jailed: str, layout: Path) -> None:
         assert effects(targets, listener) == []
 
 
+FAILING_UNSHARE = "#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n"
+
+
 @pytest.mark.anyio
-async def test_without_namespaces_the_tool_refuses_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("fake_unshare", "why"),
+    [(False, "unshare (util-linux) is not on PATH"), (True, "unshare failed: Operation not permitted")],
+)
+async def test_without_namespaces_the_tool_refuses_in_one_line(
+    fake_unshare: bool, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No util-linux on PATH, or a kernel refusing the namespaces (an unshare that fails)."""
+    if fake_unshare:
+        (tmp_path / "unshare").write_text(FAILING_UNSHARE)
+        (tmp_path / "unshare").chmod(0o755)
+        (tmp_path / "setpriv").symlink_to("/usr/bin/setpriv")
     isolation._probe.cache_clear()
-    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv(isolation.UNSAFE_ENV, raising=False)
     try:
         chosen = isolation.isolation()
-        assert chosen.kind == "refused" and chosen.refusal is not None
         result = await sandbox.python((), {"code": "print(1)"})
     finally:
         isolation._probe.cache_clear()
-    assert result == chosen.refusal and "\n" not in result
-    assert "unshare (util-linux) is not on PATH" in result
-    assert isolation.UNSAFE_ENV in result and "unsafe_no_isolation" in result
+    assert chosen.kind == "refused" and result == chosen.refusal and "\n" not in result
+    assert why in result and isolation.UNSAFE_ENV in result and "unsafe_no_isolation" in result
 
 
 @pytest.mark.anyio

@@ -92,15 +92,16 @@ def _jailed(folder: Path, runner_args: list[str]) -> list[str]:
         "root": str((folder / "root").resolve()),
         "work": str((folder / "work").resolve()),
         "ro": [*_SYSTEM, *_ETC, *_prefixes(python), *site_dirs()],
-        "argv": [_setpriv(), *drop, python, "-I", "-c", _RUNNER, *runner_args, *site_dirs()],
+        "argv": [_which("setpriv"), *drop, python, "-I", "-c", _RUNNER, *runner_args, *site_dirs()],
     }
     user = [] if root else ["--user", "--map-root-user"]
-    unshare = ["unshare", *user, "--mount", "--pid", "--net", "--fork", "--kill-child"]
+    unshare = [_which("unshare"), *user, "--mount", "--pid", "--net", "--fork", "--kill-child"]
     return [*unshare, python, "-I", "-S", "-c", _JAIL, json.dumps(config)]
 
 
-def _setpriv() -> str:
-    return shutil.which("setpriv") or "/usr/bin/setpriv"
+def _which(tool: str) -> str:
+    """The tool's real path, found on this process's PATH (the child's PATH is a fixed one)."""
+    return os.path.realpath(shutil.which(tool) or f"/usr/bin/{tool}")
 
 
 def _prefixes(python: str) -> list[str]:
