@@ -7,29 +7,32 @@ allows them, for root and for unprivileged users alike (unprivileged user namesp
   reaches anything, the host's loopback included;
 - PID: the code sees only its own processes, and a supervisor as PID 1 whose death (the
   parent's kill at the time limit, or the parent's own death) kills every process it made;
-- mount: a new root of read-only binds of the system directories (``/usr``, ``/lib*``, ``/bin``,
-  two files of ``/etc``) and of the interpreter's installation (``sys.base_prefix``, not the
-  venv), the run's own folder as ``/sandbox`` (the only writable place besides a private
-  ``/tmp`` of 64 MB), ``/dev/{null,zero,random,urandom}`` and a fresh ``/proc`` of the new PID
-  namespace; the old root is detached, so the user's home, the working directory, the
-  repository and the parent's ``/proc`` (its environment, API keys included) are not there;
+- mount: a new root of read-only binds of the system directories (``/usr``, ``/lib*``,
+  ``/bin``, two files of ``/etc``), of the interpreter's installation (``sys.base_prefix``)
+  and of the venv's package folders (not the repository); the run's own folder as
+  ``/sandbox``, the only writable place besides a private ``/tmp`` of 64 MB;
+  ``/dev/{null,zero,random,urandom}`` and a fresh ``/proc`` of the new PID namespace. The old
+  root is detached, so the user's home, the working directory, the repository and the
+  parent's ``/proc`` (its environment, API keys included) are not there;
 - user: as root the code runs as nobody with no capabilities; as any other user in a user
-  namespace as its root with every capability dropped (securebits locked, no_new_privs), so it
-  can neither remount nor leave the new root.
+  namespace as its root with every capability dropped (securebits locked, no_new_privs), so
+  it can neither remount nor leave the new root.
 
-Inside, before the code: CPU seconds, address space, process count and file size limits, and
-an audit hook refusing sockets, process creation, ctypes and writes outside the folder (defence
-in depth only: ``_posixsubprocess.fork_exec`` or a C extension pass it). The parent enforces a
-wall-clock timeout and an output cap.
+Inside, before the code: CPU seconds, address space, process count and file size limits, an
+environment of only ``PATH``, ``LANG`` and ``HOME``, and an audit hook refusing sockets,
+process creation, ctypes and writes outside the folder (defence in depth only:
+``_posixsubprocess.fork_exec`` or a C extension pass it). The parent enforces a wall-clock
+timeout and an output cap.
 
 Not guaranteed: protection from kernel bugs (the code shares the host kernel and may make any
-system call), from CPU or memory-bandwidth contention, or secrecy of what the read-only system
-directories and the interpreter's installation hold. Where namespaces are not available (no
-util-linux, user namespaces disabled, a container refusing them) the tool refuses to run and its
-observation says why, in one line naming the opt-in to the weak mode: ``PARAGEN_PYTHON_TOOL_UNSAFE=1``
-or the tool option ``unsafe_no_isolation=true`` (limits and audit hook only).
+system call; there is no seccomp filter), from CPU, memory-bandwidth or disk contention, or
+secrecy of what the read-only system directories, the interpreter and the venv's packages
+hold. Where namespaces are not available (no util-linux, user namespaces disabled, a
+container refusing them) the tool refuses to run and its observation says why, in one line
+naming the opt-in to the weak mode: ``PARAGEN_PYTHON_TOOL_UNSAFE=1`` or the tool option
+``unsafe_no_isolation=true`` (limits and audit hook only).
 :func:`~strategies.llmcompiler.tools.sandbox.isolation` answers the same before any run, and
-every result records the isolation it ran under.
+every result records the isolation it ran under (:attr:`SandboxResult.isolation`).
 
 The tool never raises for what the code does: a crash, a refusal or a timeout comes back as
 the observation text, so the plan goes on.
