@@ -126,7 +126,7 @@ async def run_sandboxed(
         limits = [str(cpu_s), str(memory_mb << 20), str(max_processes), str(16 << 20)]
         started = anyio.current_time()
         async with await anyio.open_process(
-            command(folder, limits, chosen.kind),
+            command(folder, limits, chosen.kind, timeout_s),
             stdin=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             start_new_session=True,

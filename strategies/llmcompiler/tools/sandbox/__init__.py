@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -72,15 +73,16 @@ def _namespace_kind() -> str:
     return f"namespaces(mount,pid,net{'' if os.geteuid() == 0 else ',user'})+{who}+rlimits+audit"
 
 
-def command(folder: Path, limits: list[str], kind: str) -> list[str]:
-    """The command line that runs ``folder/work/main.py`` under ``kind`` (from :func:`isolation`)."""
+def command(folder: Path, limits: list[str], kind: str, timeout_s: float) -> list[str]:
+    """The command line that runs ``folder/work/main.py`` under ``kind`` (from :func:`isolation`);
+    ``timeout_s`` is the parent's, PID 1's own alarm a backstop a little later."""
     work = folder / "work"
     if kind.startswith("unsafe"):
         return [sys.executable, "-I", "-c", _RUNNER, str(work.resolve()), str(work / "main.py"), *limits]
-    return _jailed(folder, ["/sandbox", "/sandbox/main.py", *limits])
+    return _jailed(folder, ["/sandbox", "/sandbox/main.py", *limits], math.ceil(timeout_s) + 2)
 
 
-def _jailed(folder: Path, runner_args: list[str]) -> list[str]:
+def _jailed(folder: Path, runner_args: list[str], deadline_s: int) -> list[str]:
     python = interpreter()
     root = os.geteuid() == 0
     drop = [f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *_CAPS] if root else [*_CAPS, _NOROOT]
@@ -92,6 +94,7 @@ def _jailed(folder: Path, runner_args: list[str]) -> list[str]:
         "root": str((folder / "root").resolve()),
         "work": str((folder / "work").resolve()),
         "ro": [*_SYSTEM, *_ETC, *_prefixes(python), *site_dirs()],
+        "deadline_s": deadline_s,
         "argv": [_which("setpriv"), *drop, python, "-I", "-c", _RUNNER, *runner_args, *site_dirs()],
     }
     user = [] if root else ["--user", "--map-root-user"]
@@ -132,7 +135,7 @@ def _probe() -> str | None:
         os.chmod(folder, 0o755)
         (folder / "work").mkdir()
         (folder / "work" / "main.py").write_text("print('ok')\n", encoding="utf-8")
-        args = _jailed(folder, ["/sandbox", "/sandbox/main.py", "5", str(256 << 20), "16", str(1 << 20)])
+        args = _jailed(folder, ["/sandbox", "/sandbox/main.py", "5", str(256 << 20), "16", str(1 << 20)], 15)
         try:
             done = subprocess.run(args, capture_output=True, timeout=20, check=False, env=clean_env())
         except (OSError, subprocess.SubprocessError) as exc:

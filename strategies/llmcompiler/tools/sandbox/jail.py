@@ -20,6 +20,7 @@ import ctypes
 import json
 import os
 import platform
+import signal
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -28,6 +29,7 @@ MS_PRIVATE, MS_RELATIME, MNT_DETACH = 1 << 18, 1 << 21, 2
 # statvfs flag -> mount flag: the flags a user namespace may not clear on a remount
 LOCKED = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME, 2048: MS_NODIRATIME}
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 311, "s390x": 280}
 DEVICES = ("null", "zero", "random", "urandom")
 LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -118,8 +120,15 @@ def enter(root: str) -> None:
     os.chdir("/")
 
 
-def supervise(argv: list[str]) -> int:
+def supervise(argv: list[str], deadline_s: int) -> int:
+    """Run ``argv`` as PID 1's only child; PID 1 ending (its return, or ``deadline_s`` passing
+    when the parent is gone and cannot kill it) ends every process in the namespace."""
     LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the code cannot ptrace or read PID 1
+    number = KEYCTL.get(platform.machine())
+    if number is not None:  # KEYCTL_JOIN_SESSION_KEYRING: none of the parent's keys
+        LIBC.syscall(number, 1, None)
+    signal.signal(signal.SIGALRM, lambda *_: os._exit(124))
+    signal.alarm(deadline_s)
     pid = os.fork()
     if pid == 0:
         os.chdir("/sandbox")
@@ -140,7 +149,7 @@ def main() -> int:
     except OSError as exc:
         print(f"sandbox: cannot build the isolated root: {exc}", file=sys.stderr)
         return 125
-    return supervise(config["argv"])
+    return supervise(config["argv"], config["deadline_s"])
 
 
 if __name__ == "__main__":
