@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from strategies.llmcompiler.tools.sandbox import site_dirs
+
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-paragen-fake-secret-5f1d2c"
 MARKER = "paragen-bomb-7c1e"
@@ -61,6 +63,12 @@ def attacks(t: Targets) -> dict[str, str]:
         f"touch /usr/{MARKER} /sandbox/../{MARKER}; "
         f"cat /proc/{t.parent}/environ {t.home_file} {t.cwd_file}; cat /proc/*/environ"
     )
+    writable = " ".join(f"{p}/{MARKER}" for p in (*site_dirs(), "/usr"))
+    nested = (  # a user namespace of its own gives capabilities, but over a copy of locked mounts
+        f"unshare --user --map-root-user --mount sh -c 'mount -o remount,bind,rw /usr; "
+        f"for p in {writable}; do mount -o remount,bind,rw $(dirname $p); umount -l $(dirname $p); "
+        f"touch $p; done; umount -l /sandbox; ls /sandbox'"
+    )
     connect = f"import socket; socket.create_connection(('127.0.0.1', {t.port}), timeout=1); print('IN')"
     return {
         "socket": f"import socket\ns = socket.socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', {t.port}))",
@@ -78,13 +86,15 @@ def attacks(t: Targets) -> dict[str, str]:
         "memory_bomb_child": SPAWN + "os.waitpid(spawn([sys.executable, '-c', "
         "'x = bytearray(4 * 1024**3); print(\"ALLOCATED\")']), 0)",
         "infinite_loop": "while True:\n    pass",
+        "nested_namespaces": SPAWN + f"os.waitpid(spawn(['/bin/sh', '-c', {nested!r}]), 0)",
     }
 
 
 def effects(t: Targets, listener: socket.socket) -> list[str]:
     """What the attacks achieved outside the sandbox: empty when the sandbox held."""
     found = [str(p) for p in t.outside.iterdir()]
-    found += [p for p in (f"/tmp/{MARKER}-tmp", f"/usr/{MARKER}") if os.path.exists(p)]
+    written = (f"/tmp/{MARKER}-tmp", *(f"{p}/{MARKER}" for p in (*site_dirs(), "/usr")))
+    found += [p for p in written if os.path.exists(p)]
     listener.setblocking(False)
     try:
         listener.accept()
