@@ -10,7 +10,7 @@ allows them, for root and for unprivileged users alike (unprivileged user namesp
 - mount: a new root of read-only binds of the system directories (``/usr``, ``/lib*``,
   ``/bin``, two files of ``/etc``), of the interpreter's installation (``sys.base_prefix``)
   and of the venv's package folders (not the repository); the run's own folder as
-  ``/sandbox``, the only writable place besides a private ``/tmp`` of 64 MB;
+  ``/sandbox`` (a 64 MB tmpfs), the only writable place besides a private ``/tmp`` of 16 MB;
   ``/dev/{null,zero,random,urandom}`` and a fresh ``/proc`` of the new PID namespace. The old
   root is detached, so the user's home, the working directory, the repository and the
   parent's ``/proc`` (its environment, API keys included) are not there;

@@ -87,10 +87,8 @@ def _jailed(folder: Path, runner_args: list[str], deadline_s: int) -> list[str]:
     root = os.geteuid() == 0
     drop = [f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *_CAPS] if root else [*_CAPS, _NOROOT]
     (folder / "root").mkdir(exist_ok=True)
-    if root:  # the code runs as nobody and may write only in its folder
-        for path in (folder / "work", *(folder / "work").iterdir()):
-            os.chown(path, NOBODY, NOBODY)
     config = {
+        "owner": NOBODY if root else 0,  # of /sandbox: the code's user, nobody or the namespace's root
         "root": str((folder / "root").resolve()),
         "work": str((folder / "work").resolve()),
         "ro": [*_SYSTEM, *_ETC, *_prefixes(python), *site_dirs()],

@@ -5,12 +5,12 @@ of new mount, PID and network namespaces (and a user namespace when the parent i
 so it is PID 1 there and may mount. Standard library only: it runs before any isolation, from
 the interpreter's own installation, never from the repository or a venv.
 
-The new root is a read-only tmpfs holding read-only binds of the system directories and of the
-interpreter's prefix, the sandbox folder (the only writable place besides a private /tmp), a
-few device nodes and a fresh /proc of the new PID namespace. The old root is detached. PID 1
-stays here as a supervisor (the parent's death kills it, and with it every process in the
-namespace); its child drops every capability (and, for root, becomes nobody) with ``setpriv``
-and runs the runner.
+The new root is a read-only tmpfs holding read-only binds of the system directories, of the
+interpreter's prefix and of the venv's package folders; the sandbox folder (a tmpfs, the only
+writable place besides a private /tmp, another one), a few device nodes and a fresh /proc of
+the new PID namespace. The old root is detached. PID 1 stays here as a supervisor (the
+parent's death kills it, and with it every process in the namespace); its child drops every
+capability (and, for root, becomes nobody) with ``setpriv`` and runs the runner.
 """
 
 from __future__ import annotations
@@ -90,15 +90,24 @@ def optional(root: str) -> None:
         mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
-def build(root: str, work: str, ro: list[str]) -> None:
+def sandbox_folder(root: str, work: str, owner: int) -> None:
+    """/sandbox: a tmpfs of 64 MB (no byte reaches the host's disk) holding the code's file."""
+    options = f"size=64m,mode=700,uid={owner},gid={owner}"
+    mount("tmpfs", f"{root}/sandbox", "tmpfs", MS_NOSUID | MS_NODEV, options)
+    with open(f"{work}/main.py", "rb") as source, open(f"{root}/sandbox/main.py", "wb") as copy:
+        copy.write(source.read())
+    os.chown(f"{root}/sandbox/main.py", owner, owner)
+
+
+def build(root: str, work: str, ro: list[str], owner: int) -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=8m,mode=755")
     for path in ro:
         place(root, path)
     for name in ("sandbox", "tmp", "dev", "proc", "etc"):
         os.makedirs(f"{root}/{name}", exist_ok=True)
-    mount(work, f"{root}/sandbox", None, MS_BIND | MS_NOSUID | MS_NODEV)
-    mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
+    sandbox_folder(root, work, owner)
+    mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777")
     with open(f"{root}/etc/passwd", "w", encoding="utf-8") as passwd:
         passwd.write("root:x:0:0::/sandbox:/bin/sh\nnobody:x:65534:65534::/sandbox:/bin/sh\n")
     with open(f"{root}/etc/group", "w", encoding="utf-8") as group:
@@ -144,7 +153,7 @@ def supervise(argv: list[str], deadline_s: int) -> int:
 def main() -> int:
     config = json.loads(sys.argv[1])
     try:
-        build(config["root"], config["work"], config["ro"])
+        build(config["root"], config["work"], config["ro"], config["owner"])
         enter(config["root"])
     except OSError as exc:
         print(f"sandbox: cannot build the isolated root: {exc}", file=sys.stderr)
