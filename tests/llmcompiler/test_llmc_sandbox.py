@@ -123,12 +123,14 @@ def test_attacks_as_nobody_have_no_effect(jailed: str, layout: Path) -> None:
         targets = nobody_layout(layout, listener.getsockname()[1])
         env = {"PARAGEN_FAKE_API_KEY": SECRET}
         report = run_as_nobody(attacks(targets), layout / "cwd", layout / "home", env)
-        assert report["uid"] == 65534 and str(report["probe"]).startswith("namespaces(")
         raw = report["results"]
-        assert isinstance(raw, dict)
-        check({name: (out, rc, killed) for name, (out, rc, killed, _) in raw.items()})
-        assert all(",user)" in str(kind) for *_, kind in raw.values())  # a user namespace, as nobody
+        assert report["uid"] == 65534 and isinstance(raw, dict)
         assert effects(targets, listener) == []
+    if report["probe"] == "refused":  # user namespaces off here: the tool ran nothing, said so
+        assert {kind for *_, kind in raw.values()} == {"refused"}
+        pytest.skip(f"no user namespaces for nobody here: {next(iter(raw.values()))[0]}")
+    check({name: (out, rc, killed) for name, (out, rc, killed, _) in raw.items()})
+    assert all(",user)" in str(kind) for *_, kind in raw.values())  # a user namespace, as nobody
 
 
 FAILING_UNSHARE = "#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n"
