@@ -70,7 +70,7 @@ def jailed() -> str:
 
 @pytest.fixture
 def layout() -> Iterator[Path]:
-    """A folder nobody may enter (0o755) holding a home, a working directory and an open folder."""
+    """A folder anyone may enter, for a home, a working directory and a folder anyone may write."""
     with tempfile.TemporaryDirectory(prefix="paragen-attacks-") as tmp:
         os.chmod(tmp, 0o755)
         yield Path(tmp)
