@@ -8,8 +8,9 @@ libraries (torch, vllm) are imported only when a backend that needs them is buil
 from __future__ import annotations
 
 import sys
+import typing
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -113,12 +114,20 @@ def _list_plugins(group: str) -> None:
             table.add_row(name, f"[dim]unavailable: {exc.message}[/dim]")
             continue
         fields = getattr(config, "model_fields", {})
-        described = (
-            f"{k} (required)" if v.is_required() else f"{k} ({v.get_default(call_default_factory=True)!r})"
-            for k, v in fields.items()
-        )
+        described = (_describe_field(k, v) for k, v in fields.items())
         table.add_row(name, ", ".join(described) or "no options")
     Console().print(table)
+
+
+def _describe_field(name: str, info: Any) -> str:
+    """``name (default)``; a field with a fixed set of values lists them (a preset's names, a layout's)."""
+    if info.is_required():
+        return f"{name} (required)"
+    default = f"{info.get_default(call_default_factory=True)!r}"
+    if typing.get_origin(info.annotation) is typing.Literal:
+        choices = " | ".join(repr(c) for c in typing.get_args(info.annotation))
+        return f"{name} ({default}; one of {choices})"
+    return f"{name} ({default})"
 
 
 _mounted: set[str] = set()

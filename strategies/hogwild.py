@@ -25,16 +25,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from paragen import BaseStrategy, RunContext, SharedRow, SharedWorkers, StrategyConfig
 from paragen.answers import extract_answer, last_boxed
 from paragen.errors import ConfigError
 from paragen.prompts import solve_messages
-from paragen.types import Problem, StrategyResult
+from paragen.types import ChatMessage, Problem, StrategyResult, Trace
 from strategies.hogwild_prompts import NAMES, HogwildPrompts, ends_step, finisher_answer
+from strategies.hogwild_reference import REFERENCE_PROMPTS
 
 Layout = Literal["contiguous", "interleaved", "combined"]
+Protocol = Literal["paragen", "reference"]
+
+# What the ``reference`` protocol sets, unless the config sets a field itself.
+_REFERENCE_DEFAULTS: dict[str, Any] = {
+    "prompts": REFERENCE_PROMPTS,
+    "nudge_unit": "tokens",
+    "finisher_mode": "reencode",
+    "answer_anywhere": True,
+}
 
 # Workers may not open markdown headers of their own: a "### Work in progress" written by a worker
 # would read as the layout's (the reference suppresses "#" for the same reason).
@@ -44,8 +54,23 @@ _SUPPRESSED_TEXTS = ("</think>", "#", "##", "###", "####", " #", " ##", " ###")
 class HogwildConfig(StrategyConfig):
     workers: int = Field(default=2, ge=1, le=len(NAMES), description="workers writing at once")
     layout: Layout = Field(default="combined", description="how each worker's view is built")
+    protocol: Protocol = Field(
+        default="paragen",
+        description="preset: 'reference' follows the reference code (instructions and a worked example in "
+        "the user turn, nudge over all workers' tokens, re-encoded finisher, answer anywhere)",
+    )
     nudge_every: int = Field(
-        default=256, ge=0, description="forward passes between collaboration nudges (0: never)"
+        default=256, ge=0, description="passes (or tokens) between collaboration nudges (0: never)"
+    )
+    nudge_unit: Literal["passes", "tokens"] = Field(
+        default="passes", description="what nudge_every counts: forward passes, or every worker's tokens"
+    )
+    finisher_mode: Literal["view", "reencode"] = Field(
+        default="view",
+        description="'view': continue the last worker's view; 'reencode': the flattened text, fresh request",
+    )
+    answer_anywhere: bool = Field(
+        default=False, description="at the budget's end, a boxed answer in any worker's text is the answer"
     )
     max_forward_passes: int | None = Field(
         default=None, gt=0, description="budget in sequential forward passes (None: the run's max_tokens)"
@@ -54,6 +79,13 @@ class HogwildConfig(StrategyConfig):
     stop_at_answer: bool = Field(default=True, description="end once a finished step holds a boxed answer")
     temperature: float | None = Field(default=None, ge=0, description="override the run's temperature")
     prompts: HogwildPrompts = Field(default_factory=HogwildPrompts)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_protocol(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("protocol") == "reference":
+            return {**_REFERENCE_DEFAULTS, **data}
+        return data
 
 
 @dataclass(slots=True)
@@ -91,6 +123,7 @@ class Hogwild(BaseStrategy[HogwildConfig]):
             )
         cfg = self.config
         params: dict[str, Any] = {} if cfg.temperature is None else {"temperature": cfg.temperature}
+        reencode: tuple[str, list[int]] | None = None
         async with ctx.shared_workers(cfg.workers, names=NAMES[: cfg.workers], **params) as workers:
             team = _Team(cfg, workers, _pass_budget(cfg, ctx))
             if cfg.workers == 1:
@@ -98,8 +131,22 @@ class Hogwild(BaseStrategy[HogwildConfig]):
             else:
                 await team.collaborate(problem.question)
             if team.answer is None and not team.eos and workers.stop_reason is None:
-                await team.finish()
+                if cfg.answer_anywhere:
+                    team.answer = last_boxed(team.flattened())
+                if team.answer is None and cfg.finisher_mode == "view":
+                    await team.finish()
+                elif team.answer is None:  # after the session: the shared cache is freed first
+                    reencode = team.flattened(), [t.id for t in workers.traces]
+        if reencode is not None:
+            await team.finish_reencoded(ctx, self._messages(problem), *reencode)
         return ctx.finish(team.answer, text=team.transcript(), metrics=team.metrics())
+
+    def _messages(self, problem: Problem) -> list[ChatMessage]:
+        """The prompt the workers' text follows, as chat messages (the re-encoded finisher's prefix)."""
+        if self.config.workers == 1:
+            return solve_messages(problem.question)
+        messages = self.config.prompts.messages(problem.question, self.config.workers)
+        return [ChatMessage.model_validate(m) for m in messages]
 
 
 def _pass_budget(cfg: HogwildConfig, ctx: RunContext) -> int:
@@ -167,7 +214,7 @@ class _Team:
             if not io.has_room(rows, self._reserve()):
                 break  # the model's context is full: as if the budget ran out (the finisher answers)
             samples = await io.step(rows, suppress_token_ids=suppress)
-            self.since_nudge += 1
+            self.since_nudge += len(rows) if self.cfg.nudge_unit == "tokens" else 1
             for worker, sample in zip(self.team, samples, strict=True):
                 worker.pending = [sample.token_id]
                 if await self._after_token(worker) and self.answer is not None:
@@ -177,10 +224,7 @@ class _Team:
 
     async def _prefill_shared(self, question: str) -> None:
         io, prompts, shared = self.io, self.prompts, self.shared
-        messages = [
-            {"role": "system", "content": prompts.system_text(self.cfg.workers)},
-            {"role": "user", "content": question},
-        ]
+        messages = prompts.messages(question, self.cfg.workers)
         shared.prompt = await io.new_segment()
         await io.prefill([SharedRow(0, [shared.prompt], io.tokenize(io.apply_chat_template(messages)))])
         texts = [prompts.past_header, prompts.others_header, prompts.own_header]
@@ -271,7 +315,35 @@ class _Team:
         trace.answer = finisher_answer(opening, trace.text, transcript)
         self.answer = trace.answer
 
+    async def finish_reencoded(
+        self, ctx: RunContext, messages: list[ChatMessage], flattened: str, parents: list[int]
+    ) -> None:
+        """The reference's finisher: the flattened text re-encoded in a fresh request, decoded greedily."""
+        opening = self.prompts.finisher
+        reply = ChatMessage(role="assistant", content=flattened + opening)
+        request = ctx.request(
+            messages=[*messages, reply],
+            continue_final=True,
+            temperature=0.0,
+            max_tokens=self.cfg.finisher_tokens,
+        )
+        trace: Trace = await ctx.sample(request, label="finisher", parents=parents)
+        transcript = self.transcript()
+        self.finisher_text = trace.text
+        trace.answer = finisher_answer(opening, trace.text, transcript) if trace.is_ok else None
+        self.answer = trace.answer
+
     # -- the result ------------------------------------------------------------------------------
+
+    def flattened(self) -> str:
+        """The run as the reference's finisher reads it: the history, then every worker's current step."""
+        if self.cfg.workers == 1:
+            return self.io.text(0)
+        prompts = self.prompts
+        parts = [prompts.past_header, *self.history_texts, prompts.others_header]
+        for worker in self.team:
+            parts.append(self.io.text(worker.index)[worker.step_start :] + prompts.cut_marker)
+        return "".join(parts)
 
     def transcript(self) -> str:
         """The run flattened: finished steps in order, then each worker's unfinished step."""

@@ -48,6 +48,7 @@ class HogwildPrompts(BaseModel):
         "{names}: solve the problem below together. Keep track of who does what, and do not do the "
         "same work twice."
     )
+    system_in_user: bool = False  # the reference passes its instructions in the user turn, before the problem
     past_header: str = "### Past steps"
     others_header: str = "\n\n### Work in progress (others)"
     own_header: str = "\n\n### Work in progress (own)"
@@ -66,6 +67,13 @@ class HogwildPrompts(BaseModel):
         listed = ", ".join(names[:-1]) + f" and {names[-1]}" if count > 1 else names[0]
         second = names[1] if count > 1 else names[0]
         return self.system.format(count=count, names=listed, first=names[0], second=second)
+
+    def messages(self, question: str, count: int) -> list[dict[str, str]]:
+        """The chat messages of the shared prompt: the instructions in the system or the user turn."""
+        system = self.system_text(count)
+        if self.system_in_user:
+            return [{"role": "user", "content": f"{system}\n\n{question}"}]
+        return [{"role": "system", "content": system}, {"role": "user", "content": question}]
 
     def opener(self, worker: int) -> str:
         name = NAMES[worker]

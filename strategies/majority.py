@@ -6,13 +6,14 @@ from typing import Any
 
 from pydantic import Field
 
-from paragen import BaseStrategy, RunContext, StrategyConfig
+from paragen import BaseStrategy, RunContext
 from paragen.answers import extract_answer, majority_vote, vote_counts
 from paragen.prompts import solve_messages
-from paragen.types import Problem, StrategyResult, Trace
+from paragen.types import ChatMessage, Problem, StrategyResult, Trace
+from strategies.finisher import FinisherFields, check_finisher, needs_finisher, run_finisher
 
 
-class MajorityConfig(StrategyConfig):
+class MajorityConfig(FinisherFields):
     n: int = Field(default=8, ge=1, le=1024, description="samples to vote over")
     temperature: float | None = Field(default=None, ge=0, description="override the run's temperature")
 
@@ -27,13 +28,30 @@ class Majority(BaseStrategy[MajorityConfig]):
         overrides: dict[str, Any] = (
             {} if self.config.temperature is None else {"temperature": self.config.temperature}
         )
-        request = ctx.request(messages=solve_messages(problem.question), **overrides)
+        check_finisher(ctx, self.config)
+        messages = solve_messages(problem.question)
+        request = ctx.request(messages=messages, **overrides)
         finished: list[Trace] = []
         async with ctx.fanout(request, n=self.config.n) as fan:
             async for trace in fan:
                 trace.answer = extract_answer(trace.text) if trace.is_ok else None
                 finished.append(trace)
+        if self.config.finisher:
+            await self._finish_cut_off(ctx, messages, finished)
         return finish_vote(ctx, finished)
+
+    async def _finish_cut_off(
+        self, ctx: RunContext, messages: list[ChatMessage], traces: list[Trace]
+    ) -> None:
+        """Every sample the budget cut off gets the finisher (at once); its answer is the sample's vote."""
+
+        async def finish(trace: Trace) -> None:
+            trace.answer = (await run_finisher(ctx, messages, trace, self.config.finisher_tokens)).answer
+
+        async with ctx.concurrently() as children:
+            for trace in traces:
+                if needs_finisher(trace):
+                    children.start(finish, trace)
 
 
 def finish_vote(ctx: RunContext, traces: list[Trace], weights: list[float] | None = None) -> StrategyResult:

@@ -147,3 +147,22 @@ async def test_a_run_longer_than_the_context_stops_there_and_answers(tiny: Engin
     workers = [t for t in result.traces if t.meta.get("worker") is not None]
     assert sum(t.completion_tokens for t in workers) < 512 < 3 * 4000
     assert tiny.engine.num_free_blocks == NUM_BLOCKS
+
+
+async def test_the_reference_protocol_re_encodes_the_flattened_text_for_its_finisher(
+    roomy_path: Path,
+) -> None:
+    # The reference's instructions (a worked example, the ways to collaborate) outgrow 512 positions.
+    backend = EngineBackend.from_spec(str(roomy_path), dtype="float32", num_blocks=NUM_BLOCKS, block_size=4)
+    try:
+        result = await _run(backend, Hogwild(protocol="reference", max_forward_passes=12), max_tokens=64)
+        alice, bob, *rest = result.traces
+        assert alice.completion_tokens == bob.completion_tokens == 12, result.error
+        if result.metrics["finisher"]:  # a random-init model boxes nothing, but never say never
+            (finisher,) = rest
+            # a fresh prefill: the whole prompt and both workers' text again, not a view's continuation
+            assert finisher.prompt_tokens > alice.prompt_tokens + 12
+            assert result.usage.sequential_tokens == 12 + finisher.completion_tokens
+        assert backend.engine.num_free_blocks == NUM_BLOCKS
+    finally:
+        await backend.aclose()
