@@ -1,10 +1,13 @@
 """The orchestrator: runs a strategy on one problem, or on many concurrently under a limit.
 
 It owns the task groups, the deadline and the budget of each run, and turns what
-goes wrong inside a strategy into a recorded result: a spent budget or a passed
-deadline end the run with what it has; a backend failure that escapes the strategy
-becomes ``stop_reason="error"``. Only cancellation from outside and programmer
-errors (bugs) propagate.
+goes wrong inside a strategy into a recorded result, with the traces so far and their
+accounting: a spent budget ends the run as ``stop_reason="budget"``, a passed deadline
+as ``"deadline"``, a backend failure that escapes the strategy as ``"error"``, also when
+they come wrapped in exception groups (a strategy's task groups wrap what leaves them) at
+any depth; :mod:`paragen.outcome` is the one place that decides. Only cancellation from
+outside and programmer errors (bugs) propagate, a bug as itself, never as a group, and
+a bug wins over a budget or backend error in the same group.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from paragen.accounting import summarize
 from paragen.backends.base import Backend, open_backend
 from paragen.config import Budget
 from paragen.context import RunContext
-from paragen.errors import BackendError, BudgetExceededError
 from paragen.events import EventSink, RunEnded
 from paragen.ledger import Ledger
+from paragen.outcome import StopReason, classify
 from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
@@ -62,18 +65,7 @@ class Orchestrator:
         ctx = RunContext(
             self.backend, problem, defaults=self.defaults, ledger=ledger, strategy_name=strategy.name
         )
-        deadline = self.budget.deadline_s
-        result: StrategyResult | None = None
-        stop_reason, error = "done", None
-        with anyio.move_on_after(math.inf if deadline is None else deadline) as scope:
-            try:
-                result = await strategy.run(problem, ctx)
-            except BudgetExceededError as exc:
-                stop_reason, error = "budget", exc.one_line()
-            except BackendError as exc:
-                stop_reason, error = "error", exc.one_line()
-        if scope.cancelled_caught:
-            stop_reason = "deadline"
+        result, stop_reason, error = await self._execute(strategy, problem, ctx)
         if ledger.budget_hit and stop_reason == "done" and result is None:
             stop_reason = "budget"
         result = self._complete(result, ctx, ledger, stop_reason, error)
@@ -82,12 +74,34 @@ class Orchestrator:
             self.on_event(RunEnded(result=result))
         return result
 
+    async def _execute(
+        self, strategy: Strategy, problem: Problem, ctx: RunContext
+    ) -> tuple[StrategyResult | None, StopReason, str | None]:
+        """The strategy's result, or None and why the run ended; see paragen.outcome."""
+        deadline = self.budget.deadline_s
+        failure: BaseException | None = None
+        result: StrategyResult | None = None
+        try:
+            with anyio.move_on_after(math.inf if deadline is None else deadline) as scope:
+                try:
+                    result = await strategy.run(problem, ctx)
+                except Exception as exc:  # classified below, out of this handler: a bug re-raised as itself
+                    failure = exc
+        except BaseExceptionGroup as group:  # errors beside the cancellations of our own deadline
+            if not scope.cancel_called:
+                raise  # a cancellation from outside is in it: not this run's to keep
+            failure = group
+        if failure is not None:
+            stop_reason, error = classify(failure)
+            return None, "deadline" if scope.cancelled_caught else stop_reason, error
+        return result, "deadline" if scope.cancelled_caught else "done", None
+
     def _complete(
         self,
         result: StrategyResult | None,
         ctx: RunContext,
         ledger: Ledger,
-        stop_reason: str,
+        stop_reason: StopReason,
         error: str | None,
     ) -> StrategyResult:
         latency = ctx.now()
