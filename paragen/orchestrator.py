@@ -145,15 +145,34 @@ class Orchestrator:
     async def stream_many(
         self, strategy: Strategy, problems: Sequence[Problem]
     ) -> AsyncIterator[AsyncIterator[tuple[int, StrategyResult]]]:
-        """Yield (input index, result) pairs as problems finish, at most ``limit`` running at once."""
+        """Yield (input index, result) pairs as problems finish, at most ``limit`` running at once.
+
+        A run that raises (a bug) ends them all with its exception; ``stream_outcomes`` contains it.
+        """
+        async with self.stream_outcomes(strategy, problems) as outcomes:
+            yield _raising(outcomes)
+
+    @asynccontextmanager
+    async def stream_outcomes(
+        self, strategy: Strategy, problems: Sequence[Problem]
+    ) -> AsyncIterator[AsyncIterator[tuple[int, StrategyResult | Exception]]]:
+        """Like ``stream_many``, but a run that raised yields its exception and the others go on.
+
+        What a harness needs: one problem's bug is that problem's record, never the sweep's end.
+        Cancellation (and KeyboardInterrupt) still ends them all.
+        """
         await self.open()
-        send, recv = anyio.create_memory_object_stream[tuple[int, StrategyResult]](math.inf)
+        send, recv = anyio.create_memory_object_stream[tuple[int, StrategyResult | Exception]](math.inf)
         limiter = anyio.CapacityLimiter(self.limit)
 
         async def one(index: int, problem: Problem) -> None:
+            outcome: StrategyResult | Exception
             async with limiter:
-                result = await self.run(strategy, problem)
-            send.send_nowait((index, result))
+                try:
+                    outcome = await self.run(strategy, problem)
+                except Exception as exc:  # this problem's bug, already unwrapped by run()
+                    outcome = exc
+            send.send_nowait((index, outcome))
 
         async def all_problems() -> None:
             async with send, anyio.create_task_group() as tg:
@@ -165,3 +184,12 @@ class Orchestrator:
             async with recv:
                 yield recv
             tg.cancel_scope.cancel()
+
+
+async def _raising(
+    outcomes: AsyncIterator[tuple[int, StrategyResult | Exception]],
+) -> AsyncIterator[tuple[int, StrategyResult]]:
+    async for index, outcome in outcomes:
+        if isinstance(outcome, Exception):
+            raise outcome
+        yield index, outcome
