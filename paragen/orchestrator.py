@@ -120,10 +120,10 @@ class Orchestrator:
                 traces=list(traces),
                 usage=usage,
             )
-        if stop_reason == "done":  # the strategy's own verdict stands unless the run was cut short
-            stop_reason = (
-                "budget" if ledger.budget_hit and result.stop_reason == "done" else result.stop_reason
-            )
+        if stop_reason == "done":  # the strategy's own verdict stands unless the budget cut it short
+            # A strategy that reports "error" after the budget stopped its samples failed for want of them.
+            spent = ledger.budget_hit and result.stop_reason in ("done", "error")
+            stop_reason = "budget" if spent else result.stop_reason
         return result.model_copy(
             update={
                 "traces": list(traces),
