@@ -24,7 +24,7 @@ from paragen.config import Budget
 from paragen.context import RunContext
 from paragen.events import EventSink, RunEnded
 from paragen.ledger import Ledger
-from paragen.outcome import StopReason, classify
+from paragen.outcome import StopReason, classify, leaves
 from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
@@ -59,7 +59,11 @@ class Orchestrator:
             self._opened = True
 
     async def run(self, strategy: Strategy, problem: Problem) -> StrategyResult:
-        """Run ``strategy`` on ``problem``; always returns a result unless cancelled from outside."""
+        """Run ``strategy`` on ``problem``: a result, unless cancelled from outside or the strategy has a bug.
+
+        A bug (anything but a spent budget, a passed deadline or a backend failure) is raised as
+        itself, unwrapped from the exception groups it crossed, with its own traceback.
+        """
         await self.open()
         ledger = Ledger(self.budget, self.on_event)
         ctx = RunContext(
@@ -147,10 +151,20 @@ class Orchestrator:
     ) -> AsyncIterator[AsyncIterator[tuple[int, StrategyResult]]]:
         """Yield (input index, result) pairs as problems finish, at most ``limit`` running at once.
 
-        A run that raises (a bug) ends them all with its exception; ``stream_outcomes`` contains it.
+        A run that raises (a bug) ends them all with its exception, as itself (not in a group);
+        ``stream_outcomes`` contains it instead.
         """
-        async with self.stream_outcomes(strategy, problems) as outcomes:
-            yield _raising(outcomes)
+        bug: BaseException | None = None
+        try:
+            async with self.stream_outcomes(strategy, problems) as outcomes:
+                yield _raising(outcomes)
+        except ExceptionGroup as group:  # the task group's wrapping of the one exception raised
+            found = leaves(group)
+            if len(found) != 1:
+                raise
+            bug = found[0]
+        if bug is not None:
+            raise bug  # out of the handler: its context stays its own
 
     @asynccontextmanager
     async def stream_outcomes(

@@ -84,6 +84,12 @@ async def test_a_strategys_bug_propagates_as_itself(where: str) -> None:
     assert ("run" if where == "body" else "bug") in frames  # its own traceback, down to where it was raised
 
 
+async def test_run_many_raises_a_bug_as_itself() -> None:
+    orch = Orchestrator(ScriptedBackend())
+    with pytest.raises(_Bug):
+        await orch.run_many(Buggy(where="group"), [PROBLEM, PROBLEM.model_copy(update={"id": "q"})])
+
+
 async def test_cancellation_from_outside_propagates() -> None:
     orch = Orchestrator(ScriptedBackend())
     with anyio.move_on_after(0.005) as scope:
