@@ -153,7 +153,9 @@ class EvalRecord(_Strict):
         return (self.task, self.problem.id, self.strategy, self.n, self.settings_id)
 
     def to_line(self) -> str:
-        return self.model_dump_json(by_alias=True) + "\n"
+        # Without a failure the line is what it was before ``failure`` existed: older readers read it.
+        exclude = {"failure"} if self.failure is None else None
+        return self.model_dump_json(by_alias=True, exclude=exclude) + "\n"
 
 
 def record_key(record: EvalRecord) -> Key:

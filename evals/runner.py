@@ -246,6 +246,7 @@ async def _run_combo(
                 failed = True
                 record = failure_record(spec, combo, problem, outcome, run_info)
                 await anyio.to_thread.run_sync(writer.append, record)
+                progress.update(bar, advance=1)
                 if spec.fail_fast:
                     return True
                 continue
