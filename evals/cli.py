@@ -39,6 +39,8 @@ from paragen.signals import until_terminated
 from paragen.types import SamplingParams
 
 PLOT_FILE = "pareto.png"
+EXIT_NO_RESULT = 1  # no problem got a result: every record is a backend error
+EXIT_FAILED = 3  # some problem's run raised (a bug): recorded as "failed", the sweep went on
 
 
 def _split(text: str) -> list[str]:
@@ -118,6 +120,9 @@ def eval_command(
     new_run: Annotated[
         bool, typer.Option(help="with --resume: record changed settings as a new run in the same folder")
     ] = False,
+    fail_fast: Annotated[
+        bool, typer.Option(help="stop at the first problem whose run raised (it is recorded first)")
+    ] = False,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
     plot: Annotated[
         bool | None,
@@ -152,6 +157,7 @@ def eval_command(
             "progress": progress,
             "source": _data_source(offline, hub),
             "new_run": new_run,
+            "fail_fast": fail_fast,
         }
         check_out_folder(out)
         if plot:
@@ -175,18 +181,21 @@ def _data_source(offline: bool, hub: bool) -> str:
 
 
 def _end_of_run(records: list[Any]) -> None:
-    """Say how many records are backend failures; exit 1 when no problem got a result."""
+    """Say how many records are not results; exit 3 when a run raised, 1 when no problem got a result."""
     from evals.runner import backend_failures
 
     line = backend_failures(records)
     if line is None:
         return
     typer.echo(line, err=True)
+    if any(r.grade.outcome == "failed" for r in records):
+        typer.echo("some problems failed: their records keep the traceback (`failure`)", err=True)
+        raise typer.Exit(EXIT_FAILED)
     if all(r.grade.outcome == "error" for r in records):
         typer.echo(
             "no problem got a result: check that the backend is reachable and serves the API", err=True
         )
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_NO_RESULT)
 
 
 def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[Any]:
@@ -221,6 +230,7 @@ def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[Any]:
         budget=settings["budget"],
         seed=settings["seed"],
         progress=settings["progress"],
+        fail_fast=settings["fail_fast"],
     )
 
     async def main() -> list[Any]:

@@ -10,7 +10,8 @@ thread only waits on futures, the comparison itself happens in another process.
 
 Outcomes: ``correct``, ``incorrect``, ``no_answer`` (no final answer was found),
 ``truncated`` (no answer and the deciding sample hit its token limit), ``error`` (the
-backend failed; the cause is kept), ``grader_timeout`` and ``grader_error``.
+backend failed; the cause is kept), ``grader_timeout`` and ``grader_error``; the harness
+adds ``failed`` (the run raised, so there was nothing to grade) without calling the grader.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from typing import Any, Literal
 
 from paragen.types import StrategyResult
 
-Outcome = Literal["correct", "incorrect", "no_answer", "truncated", "error", "grader_timeout", "grader_error"]
+Outcome = Literal[
+    "correct", "incorrect", "no_answer", "truncated", "error", "failed", "grader_timeout", "grader_error"
+]
 Verdict = Literal["correct", "incorrect", "grader_timeout", "grader_error"]
 
 

@@ -10,7 +10,8 @@ A record's key holds what decides its result besides the problem: the strategy, 
 and a ``settings_id``, a hash of the data, grading mode, backend, sampling, budget and the
 strategy's config. ``--resume`` skips every key already recorded with a result, and
 retries records whose outcome is ``error`` (the backend failed; that is not a result of
-the model), so the last record of a key is the one that counts.
+the model) or ``failed`` (the run raised: a bug, kept in the record's ``failure`` with its
+type, message and traceback), so the last record of a key is the one that counts.
 
 ``run.json`` is a :class:`RunInfo`. A resume with the same settings keeps its ``run_id``,
 ``started_at`` and settings, adds the problems and strategies of this invocation that are
@@ -47,8 +48,8 @@ SCHEMA = 2
 Key = tuple[str, str, str, int, str]
 """(task, problem id, strategy, n, settings id): what a record is unique by."""
 
-RETRIED_OUTCOMES = frozenset({"error"})
-"""Outcomes that are not results: the backend failed, so resume runs the problem again."""
+RETRIED_OUTCOMES = frozenset({"error", "failed"})
+"""Outcomes that are not results (the backend failed, or the run raised), so resume runs them again."""
 
 
 class _Strict(BaseModel):
@@ -75,12 +76,20 @@ class DataSource(_Strict):
 
 class GradeRecord(_Strict):
     outcome: Literal[
-        "correct", "incorrect", "no_answer", "truncated", "error", "grader_timeout", "grader_error"
+        "correct", "incorrect", "no_answer", "truncated", "error", "failed", "grader_timeout", "grader_error"
     ]
     correct: bool
     answer: str | None
     gold: str | None
     cause: str | None = None
+
+
+class RunFailure(_Strict):
+    """Why a problem's run raised instead of ending in a result (outcome ``failed``)."""
+
+    type: str  # the exception's qualified name
+    message: str
+    traceback: str
 
 
 class RunSettings(_Strict):
@@ -137,13 +146,16 @@ class EvalRecord(_Strict):
     seed: int
     versions: dict[str, str]
     recorded_at: float
+    failure: RunFailure | None = None  # outcome "failed": what the run raised
 
     @property
     def key(self) -> Key:
         return (self.task, self.problem.id, self.strategy, self.n, self.settings_id)
 
     def to_line(self) -> str:
-        return self.model_dump_json(by_alias=True) + "\n"
+        # Without a failure the line is what it was before ``failure`` existed: older readers read it.
+        exclude = {"failure"} if self.failure is None else None
+        return self.model_dump_json(by_alias=True, exclude=exclude) + "\n"
 
 
 def record_key(record: EvalRecord) -> Key:

@@ -100,8 +100,16 @@ def build_report(run_dir: Path, *, do_regrade: bool = False, workers: int = 2) -
         raise ConfigError(
             f"{records_path(run_dir)} holds no complete record", hint="the run recorded nothing yet"
         )
-    records = found.latest()
+    latest = found.latest()
+    # A failed run has no answer, tokens or latency to average: it is left out of every row.
+    records = [r for r in latest if r.grade.outcome != "failed"]
     notes = [f"{records_path(run_dir)}: the last line is incomplete (a killed run) and was left out"]
+    notes = notes if found.torn_tail else []
+    if len(records) < len(latest):
+        notes.append(
+            f"{len(latest) - len(records)} of {len(latest)} problems failed (the run raised; each record "
+            "keeps its traceback under `failure`) and are left out of the tables; --resume runs them again"
+        )
     with Grader(workers=workers) as grader:
         if do_regrade:
             records = regrade(records, grader)
@@ -111,7 +119,7 @@ def build_report(run_dir: Path, *, do_regrade: bool = False, workers: int = 2) -
         "run": str(run_dir),
         "regraded": do_regrade,
         "runs": [_run_entry(info) for info in run_infos(run_dir)],
-        "notes": notes if found.torn_tail else [],
+        "notes": notes,
         "summary": rows,
         "offline": offline,
         "matched_total_tokens": matched_rows(rows, "total_tokens"),

@@ -4,12 +4,16 @@ Configurations run one after another (so their latencies are not mixed up); with
 many problems are in flight under the orchestrator's limit. Each finished problem is
 graded (in the grader's process pool, reached through a thread) and appended to the
 records at once; the returned records are in input order. A problem whose backend
-failed is recorded with outcome "error" and is not a result: ``--resume`` runs it again.
+failed is recorded with outcome "error"; one whose run raised (a bug in a strategy) is
+recorded with outcome "failed" and the exception's type, message and traceback, and the
+sweep goes on (``fail_fast`` stops it after recording the first). Neither is a result:
+``--resume`` runs them again.
 """
 
 from __future__ import annotations
 
 import time
+import traceback
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,12 +33,12 @@ from rich.progress import (
 
 from evals.grading import Grade, Grader
 from evals.records import (
-    RETRIED_OUTCOMES,
     DataSource,
     EvalRecord,
     GradeRecord,
     Key,
     RecordWriter,
+    RunFailure,
     RunInfo,
     RunSettings,
     StrategyEntry,
@@ -123,6 +127,7 @@ class EvalSpec:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     budget: Budget = field(default_factory=Budget)  # per problem; a deadline records "deadline", never hangs
     seed: int = 0
+    fail_fast: bool = False  # stop the sweep at the first problem whose run raised (once recorded)
     progress: bool = True
     grader_workers: int = 2
 
@@ -148,6 +153,7 @@ class _Tally:
 
 
 _SECRET_HINTS = ("key", "secret", "password", "token", "auth")
+MAX_TRACEBACK_CHARS = 20_000  # the end of a traceback is where it was raised
 
 
 def run_settings(spec: EvalSpec) -> RunSettings:
@@ -204,7 +210,9 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     try:
         with _progress(spec.progress) as progress:
             for combo in spec.combos:
-                await _run_combo(spec, combo, orch, grader, writer, run_info, progress)
+                failed = await _run_combo(spec, combo, orch, grader, writer, run_info, progress)
+                if failed and spec.fail_fast:
+                    break
     finally:
         await anyio.to_thread.run_sync(grader.close)
     return ordered_records(spec, run_info, load_records(spec.out).latest())
@@ -223,22 +231,31 @@ async def _run_combo(
     writer: RecordWriter,
     run_info: RunInfo,
     progress: Progress,
-) -> None:
+) -> bool:
+    """Run one configuration; True when a problem's run raised (with fail_fast: the first ends it)."""
     todo = [p for p in spec.problems if combo_key(spec, run_info, combo, p) not in writer.done]
     tally = _Tally()
     bar = progress.add_task(
         tally.text(combo), total=len(spec.problems), completed=len(spec.problems) - len(todo)
     )
-    if not todo:
-        return
-    async with orch.stream_many(combo.strategy, todo) as finished:
-        async for index, result in finished:
+    failed = False
+    async with orch.stream_outcomes(combo.strategy, todo) as finished:
+        async for index, outcome in finished:
             problem = todo[index]
-            grades = await anyio.to_thread.run_sync(grader.grade_many, [(result, problem.gold)])
-            record = make_record(spec, combo, problem, result, grades[0], run_info)
+            if isinstance(outcome, Exception):
+                failed = True
+                record = failure_record(spec, combo, problem, outcome, run_info)
+                await anyio.to_thread.run_sync(writer.append, record)
+                progress.update(bar, advance=1)
+                if spec.fail_fast:
+                    return True
+                continue
+            grades = await anyio.to_thread.run_sync(grader.grade_many, [(outcome, problem.gold)])
+            record = make_record(spec, combo, problem, outcome, grades[0], run_info)
             await anyio.to_thread.run_sync(writer.append, record)
-            tally.add(grades[0], result)
+            tally.add(grades[0], outcome)
             progress.update(bar, advance=1, description=tally.text(combo))
+    return failed
 
 
 def make_record(
@@ -270,6 +287,24 @@ def make_record(
     )
 
 
+def failure_record(
+    spec: EvalSpec, combo: Combo, problem: Problem, exc: Exception, run_info: RunInfo
+) -> EvalRecord:
+    """The record of a problem whose run raised: no answer, outcome "failed", the exception kept."""
+    line = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    result = StrategyResult(
+        strategy=combo.name, problem_id=problem.id, answer=None, stop_reason="error", error=line
+    )
+    grade = Grade("failed", None, problem.gold, line)
+    failure = RunFailure(
+        type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:],
+    )
+    record = make_record(spec, combo, problem, result, grade, run_info)
+    return record.model_copy(update={"failure": failure})
+
+
 def ordered_records(spec: EvalSpec, run_info: RunInfo, records: Sequence[EvalRecord]) -> list[EvalRecord]:
     """Records of this sweep in input order: configuration by configuration, problem by problem."""
     by_key: dict[Key, EvalRecord] = {r.key: r for r in records}
@@ -283,14 +318,20 @@ def ordered_records(spec: EvalSpec, run_info: RunInfo, records: Sequence[EvalRec
 
 
 def backend_failures(records: Sequence[EvalRecord]) -> str | None:
-    """A line saying how many records are backend errors (retried by --resume), or None if none are."""
-    errors = [r for r in records if r.grade.outcome in RETRIED_OUTCOMES]
-    if not errors:
+    """A line saying how many records are not results (backend errors, runs that raised), or None."""
+    errors = [r for r in records if r.grade.outcome == "error"]
+    failed = [r for r in records if r.grade.outcome == "failed"]
+    if not errors and not failed:
         return None
-    cause = errors[0].grade.cause or "backend error"
+    parts = []
+    if failed:
+        parts.append(f"{len(failed)} failed: the run raised (first: {(failed[0].grade.cause or '')[:200]})")
+    if errors:
+        cause = errors[0].grade.cause or "backend error"
+        parts.append(f"{len(errors)} failed in the backend (first: {cause[:200]})")
     return (
-        f"{len(errors)} of {len(records)} records failed in the backend (first: {cause[:200]}); "
-        "they are not results: --resume runs them again"
+        f"{len(errors) + len(failed)} of {len(records)} records are not results: {'; '.join(parts)}; "
+        "--resume runs them again"
     )
 
 

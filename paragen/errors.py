@@ -18,6 +18,10 @@ and re-raised as one of these with the original kept as ``__cause__``::
         └── EngineError             the in-process engine refused or failed a request (e.g. cannot fit)
 
 Cancellation is not an error: it propagates as the async library's cancellation.
+
+A run records a spent budget, a passed deadline and a backend failure in its result, also when
+they reach it wrapped in exception groups; anything else is a bug and propagates as itself
+(:mod:`paragen.outcome` decides, once, for the orchestrator).
 """
 
 from __future__ import annotations

@@ -113,8 +113,8 @@ class Fanout:
     def _open(self) -> list[Job]:
         """The samples' traces filed and their jobs, or nothing left behind if that fails."""
         account = self._account
-        requests = [account.ledger.check_budget(r) for r in self._requests]
-        try:
+        try:  # a spent budget refuses here, and the streams made in __init__ are closed all the same
+            requests = [account.ledger.check_budget(r) for r in self._requests]
             return self._prepare(requests, account.backend.capabilities)
         except BaseException:
             for live in self._lives:  # filed but never started: closed as abandoned, nothing to stop

@@ -1,10 +1,13 @@
 """The orchestrator: runs a strategy on one problem, or on many concurrently under a limit.
 
 It owns the task groups, the deadline and the budget of each run, and turns what
-goes wrong inside a strategy into a recorded result: a spent budget or a passed
-deadline end the run with what it has; a backend failure that escapes the strategy
-becomes ``stop_reason="error"``. Only cancellation from outside and programmer
-errors (bugs) propagate.
+goes wrong inside a strategy into a recorded result, with the traces so far and their
+accounting: a spent budget ends the run as ``stop_reason="budget"``, a passed deadline
+as ``"deadline"``, a backend failure that escapes the strategy as ``"error"``, also when
+they come wrapped in exception groups (a strategy's task groups wrap what leaves them) at
+any depth; :mod:`paragen.outcome` is the one place that decides. Only cancellation from
+outside and programmer errors (bugs) propagate, a bug as itself, never as a group, and
+a bug wins over a budget or backend error in the same group.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from paragen.accounting import summarize
 from paragen.backends.base import Backend, open_backend
 from paragen.config import Budget
 from paragen.context import RunContext
-from paragen.errors import BackendError, BudgetExceededError
 from paragen.events import EventSink, RunEnded
 from paragen.ledger import Ledger
+from paragen.outcome import StopReason, classify, leaves
 from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
@@ -56,24 +59,17 @@ class Orchestrator:
             self._opened = True
 
     async def run(self, strategy: Strategy, problem: Problem) -> StrategyResult:
-        """Run ``strategy`` on ``problem``; always returns a result unless cancelled from outside."""
+        """Run ``strategy`` on ``problem``: a result, unless cancelled from outside or the strategy has a bug.
+
+        A bug (anything but a spent budget, a passed deadline or a backend failure) is raised as
+        itself, unwrapped from the exception groups it crossed, with its own traceback.
+        """
         await self.open()
         ledger = Ledger(self.budget, self.on_event)
         ctx = RunContext(
             self.backend, problem, defaults=self.defaults, ledger=ledger, strategy_name=strategy.name
         )
-        deadline = self.budget.deadline_s
-        result: StrategyResult | None = None
-        stop_reason, error = "done", None
-        with anyio.move_on_after(math.inf if deadline is None else deadline) as scope:
-            try:
-                result = await strategy.run(problem, ctx)
-            except BudgetExceededError as exc:
-                stop_reason, error = "budget", exc.one_line()
-            except BackendError as exc:
-                stop_reason, error = "error", exc.one_line()
-        if scope.cancelled_caught:
-            stop_reason = "deadline"
+        result, stop_reason, error = await self._execute(strategy, problem, ctx)
         if ledger.budget_hit and stop_reason == "done" and result is None:
             stop_reason = "budget"
         result = self._complete(result, ctx, ledger, stop_reason, error)
@@ -82,12 +78,34 @@ class Orchestrator:
             self.on_event(RunEnded(result=result))
         return result
 
+    async def _execute(
+        self, strategy: Strategy, problem: Problem, ctx: RunContext
+    ) -> tuple[StrategyResult | None, StopReason, str | None]:
+        """The strategy's result, or None and why the run ended; see paragen.outcome."""
+        deadline = self.budget.deadline_s
+        failure: BaseException | None = None
+        result: StrategyResult | None = None
+        try:
+            with anyio.move_on_after(math.inf if deadline is None else deadline) as scope:
+                try:
+                    result = await strategy.run(problem, ctx)
+                except Exception as exc:  # classified below, out of this handler: a bug re-raised as itself
+                    failure = exc
+        except BaseExceptionGroup as group:  # errors beside the cancellations of our own deadline
+            if not scope.cancel_called:
+                raise  # a cancellation from outside is in it: not this run's to keep
+            failure = group
+        if failure is not None:
+            stop_reason, error = classify(failure)
+            return None, "deadline" if scope.cancelled_caught else stop_reason, error
+        return result, "deadline" if scope.cancelled_caught else "done", None
+
     def _complete(
         self,
         result: StrategyResult | None,
         ctx: RunContext,
         ledger: Ledger,
-        stop_reason: str,
+        stop_reason: StopReason,
         error: str | None,
     ) -> StrategyResult:
         latency = ctx.now()
@@ -106,10 +124,10 @@ class Orchestrator:
                 traces=list(traces),
                 usage=usage,
             )
-        if stop_reason == "done":  # the strategy's own verdict stands unless the run was cut short
-            stop_reason = (
-                "budget" if ledger.budget_hit and result.stop_reason == "done" else result.stop_reason
-            )
+        if stop_reason == "done":  # the strategy's own verdict stands unless the budget cut it short
+            # A strategy that reports "error" after the budget stopped its samples failed for want of them.
+            spent = ledger.budget_hit and result.stop_reason in ("done", "error")
+            stop_reason = "budget" if spent else result.stop_reason
         return result.model_copy(
             update={
                 "traces": list(traces),
@@ -131,15 +149,44 @@ class Orchestrator:
     async def stream_many(
         self, strategy: Strategy, problems: Sequence[Problem]
     ) -> AsyncIterator[AsyncIterator[tuple[int, StrategyResult]]]:
-        """Yield (input index, result) pairs as problems finish, at most ``limit`` running at once."""
+        """Yield (input index, result) pairs as problems finish, at most ``limit`` running at once.
+
+        A run that raises (a bug) ends them all with its exception, as itself (not in a group);
+        ``stream_outcomes`` contains it instead.
+        """
+        bug: BaseException | None = None
+        try:
+            async with self.stream_outcomes(strategy, problems) as outcomes:
+                yield _raising(outcomes)
+        except ExceptionGroup as group:  # the task group's wrapping of the one exception raised
+            found = leaves(group)
+            if len(found) != 1:
+                raise
+            bug = found[0]
+        if bug is not None:
+            raise bug  # out of the handler: its context stays its own
+
+    @asynccontextmanager
+    async def stream_outcomes(
+        self, strategy: Strategy, problems: Sequence[Problem]
+    ) -> AsyncIterator[AsyncIterator[tuple[int, StrategyResult | Exception]]]:
+        """Like ``stream_many``, but a run that raised yields its exception and the others go on.
+
+        What a harness needs: one problem's bug is that problem's record, never the sweep's end.
+        Cancellation (and KeyboardInterrupt) still ends them all.
+        """
         await self.open()
-        send, recv = anyio.create_memory_object_stream[tuple[int, StrategyResult]](math.inf)
+        send, recv = anyio.create_memory_object_stream[tuple[int, StrategyResult | Exception]](math.inf)
         limiter = anyio.CapacityLimiter(self.limit)
 
         async def one(index: int, problem: Problem) -> None:
+            outcome: StrategyResult | Exception
             async with limiter:
-                result = await self.run(strategy, problem)
-            send.send_nowait((index, result))
+                try:
+                    outcome = await self.run(strategy, problem)
+                except Exception as exc:  # this problem's bug, already unwrapped by run()
+                    outcome = exc
+            send.send_nowait((index, outcome))
 
         async def all_problems() -> None:
             async with send, anyio.create_task_group() as tg:
@@ -151,3 +198,12 @@ class Orchestrator:
             async with recv:
                 yield recv
             tg.cancel_scope.cancel()
+
+
+async def _raising(
+    outcomes: AsyncIterator[tuple[int, StrategyResult | Exception]],
+) -> AsyncIterator[tuple[int, StrategyResult]]:
+    async for index, outcome in outcomes:
+        if isinstance(outcome, Exception):
+            raise outcome
+        yield index, outcome

@@ -77,6 +77,8 @@ class BudgetForcing(BaseStrategy[BudgetForcingConfig]):
         request = self._request(ctx, problem, prefix, cfg.answer_tokens, stop=False)
         trace = await ctx.sample(request, label="answer", parents=_ids(last))
         full = prefix + trace.text
+        if trace.status == "error":  # what a failed sample said before failing is not an answer
+            return None, full
         tail = cfg.answer_cue + trace.text
         answer = extract_answer(tail if "}" in trace.text else tail + "}", cfg.extract)
         return answer, full

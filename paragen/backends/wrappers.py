@@ -62,10 +62,26 @@ class WrapperBackend:
 
 
 class _StreamContext:
-    """Base of the wrappers' stream contexts: an exit stack entered and left by the caller."""
+    """Base of the wrappers' stream contexts: an exit stack entered and left by the caller.
+
+    Subclasses open their stream in ``_enter``. When that raises, the caller never calls
+    ``__aexit__``, so what ``_enter`` put on the stack (a limiter slot, the inner stream) is
+    given back here, before the error propagates.
+    """
 
     def __init__(self) -> None:
         self._stack = AsyncExitStack()
+
+    async def _enter(self) -> CompletionStream:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> CompletionStream:
+        try:
+            return await self._enter()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._stack.aclose()
+            raise
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         return await self._stack.__aexit__(*exc_info)
@@ -95,7 +111,7 @@ class _LimitedContext(_StreamContext):
         super().__init__()
         self._owner, self._request = owner, request
 
-    async def __aenter__(self) -> CompletionStream:
+    async def _enter(self) -> CompletionStream:
         limiter = self._owner.limiter
         # One borrower per stream: a task may hold several streams, and a limiter
         # gives each borrower only one token.
@@ -143,7 +159,7 @@ class _RecordContext(_StreamContext):
         self._inner: CompletionStream | None = None
         self._complete = False
 
-    async def __aenter__(self) -> CompletionStream:
+    async def _enter(self) -> CompletionStream:
         self._inner = await self._stack.enter_async_context(self._owner.inner.stream(self._request))
         return _Tap(self._inner, self)
 

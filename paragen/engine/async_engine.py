@@ -193,12 +193,24 @@ class AsyncEngine:
             self._apply(inbox)
             if not self.engine.is_idle:
                 self._step()
+        self._shut_down()
+
+    def _shut_down(self) -> None:
+        """Fail what runs and what is still queued: a caller never waits on a closed engine.
+
+        Adds, aborts and calls that arrived after the loop's last turn were never applied;
+        their callers get an EngineError (an abort's waiter is woken, nothing is left to free).
+        """
         self._fail_all(EngineError("the engine was closed"))
         with self._cond:
-            calls, self._inbox.calls = self._inbox.calls, []
-        for job in calls:
+            inbox, self._inbox = self._inbox, _Inbox()
+        closed = EngineError("the engine was closed before the request started")
+        self._deliver([(sink, closed) for _, sink in inbox.adds])
+        for _, done in inbox.aborts:
+            done.set()
+        for job in inbox.calls:
             job.error = EngineError("the engine was closed")
-        self._finish_calls(calls)
+        self._finish_calls(inbox.calls)
 
     def _await_stragglers(self, inbox: _Inbox) -> None:
         """Holding the lock: wait briefly until as many batched calls wait as the last batch had.

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 
-from paragen.backends.base import Backend, generate
+from paragen.backends.base import Backend, CompletionStream, generate
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.backends.wrappers import ConcurrencyLimit, Record, Replay, request_key
-from paragen.errors import BackendError, BackendHTTPError, ConfigError
+from paragen.backends.wrappers import ConcurrencyLimit, Record, Replay, WrapperBackend, request_key
+from paragen.errors import BackendConnectionError, BackendError, BackendHTTPError, ConfigError
 from paragen.types import GenerateRequest, SamplingParams
 
 pytestmark = pytest.mark.anyio
@@ -50,6 +51,37 @@ async def test_one_task_may_hold_several_slots() -> None:
             await stack.enter_async_context(backend.stream(GenerateRequest(prompt="x")))
         assert backend.limiter.borrowed_tokens == 3
     assert backend.limiter.borrowed_tokens == 0
+
+
+class _RefusingBackend(WrapperBackend):
+    """Every stream fails while opening (a server that refuses the connection) until ``refusing`` is off."""
+
+    refusing = True
+
+    def stream(self, request: GenerateRequest) -> AbstractAsyncContextManager[CompletionStream]:
+        return self._refuse() if self.refusing else self.inner.stream(request)
+
+    @asynccontextmanager
+    async def _refuse(self) -> AsyncIterator[CompletionStream]:
+        raise BackendConnectionError("refused")
+        yield  # pragma: no cover
+
+
+async def test_concurrency_limit_gives_the_slot_back_when_opening_fails() -> None:
+    # Regression (issue 19): the slot was taken before the inner stream opened and never given
+    # back when opening raised, so after `limit` refused opens every stream waited forever.
+    inner = _RefusingBackend(ScriptedBackend(["a b"]))
+    backend = ConcurrencyLimit(inner, 2)
+    with anyio.fail_after(5):  # before the fix: the third open waited forever for a slot
+        for _ in range(3):
+            with pytest.raises(BackendConnectionError):
+                async with backend.stream(GenerateRequest(prompt="x")):
+                    pass  # pragma: no cover
+    assert backend.limiter.borrowed_tokens == 0
+    inner.refusing = False  # the server answers again
+    with anyio.fail_after(5):
+        completion = await generate(backend, GenerateRequest(prompt="x"))
+    assert completion[0].text == "a b" and backend.limiter.borrowed_tokens == 0
 
 
 def test_bad_wrapper_arguments() -> None:

@@ -49,9 +49,32 @@ class Vote(BaseStrategy[VoteConfig]):
         return ctx.finish(majority_vote(answers))
 
 
+class Buggy(BaseStrategy[OneConfig]):
+    """One sample, but a bug on the problems named in BUGGY_IDS (raised from a child task)."""
+
+    name = "t_buggy"
+    Config = OneConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        trace = await ctx.sample(ctx.request(messages=solve_messages(problem.question)))
+
+        async def check() -> None:
+            if problem.id in BUGGY_IDS:
+                raise ZeroDivisionError(f"a bug on {problem.id}")
+
+        async with ctx.concurrently() as children:
+            children.start(check)
+        return ctx.finish(extract_answer(trace.text), text=trace.text)
+
+
+BUGGY_IDS: set[str] = set()
+"""Problems on which t_buggy raises (tests set and clear it)."""
+
+
 def register_test_strategies() -> None:
     register(STRATEGY_GROUP, "t_single", OneSample)
     register(STRATEGY_GROUP, "t_vote", Vote)
+    register(STRATEGY_GROUP, "t_buggy", Buggy)
 
 
 def spin_forever(prediction: str, gold: str) -> bool:
