@@ -24,6 +24,7 @@ from pydantic import Field, field_validator
 
 from paragen import BaseStrategy, RunContext, Strategy, StrategyConfig, build_strategy
 from paragen.answers import ExtractMode, majority_vote
+from paragen.strategy import parallel_samples
 from paragen.types import Problem, StrategyResult, Trace
 from strategies.distill import (
     SELECTORS,
@@ -75,6 +76,13 @@ class PDRConfig(StrategyConfig):
         if not value or value[-1] != 1 or min(value) < 1:
             raise ValueError("parallelism must be positive and end with 1 (the last round gives the answer)")
         return value
+
+    def parallel_samples(self) -> int:
+        """Samples in flight at once: the widest round's drafts, each as wide as the draft strategy."""
+        per_draft = 1
+        if self.draft_strategy is not None:
+            per_draft = parallel_samples(build_strategy(self.draft_strategy, self.draft_options))
+        return max(self.parallelism) * per_draft
 
 
 class PDR(BaseStrategy[PDRConfig]):

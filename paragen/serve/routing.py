@@ -17,11 +17,11 @@ from pydantic import ValidationError
 
 from paragen.config import Budget
 from paragen.errors import ConfigError
-from paragen.registry import STRATEGY_GROUP, names
+from paragen.registry import STRATEGY_GROUP, load_strategy, names
 from paragen.serve.errors import APIError, bad_request, from_paragen, from_validation
 from paragen.serve.passthrough import Passthrough, TextSink
 from paragen.serve.wire import ChatRequest, CompletionRequest, Message
-from paragen.strategy import Strategy, build_strategy
+from paragen.strategy import Strategy, build_strategy, count_field, parallel_samples
 from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams
 
 AnyRequest = ChatRequest | CompletionRequest
@@ -87,9 +87,10 @@ class Router:
             )
         n = _agree("n", n_in_name, options.n, request.model)
         config = dict(options.config)
-        if n is not None:
-            config["n"] = _agree("n", config.get("n"), n, request.model)
-        if strategy_name is None and config:
+        if n is not None and strategy_name is not None:
+            field = _count_field(strategy_name, request.model)
+            config[field] = _agree("n", config.get(field), n, request.model)
+        if strategy_name is None and (config or n is not None):
             raise bad_request(
                 "paragen.n and paragen.config need a strategy (a model name like "
                 "'majority-8/MODEL' or paragen.strategy)",
@@ -168,15 +169,14 @@ class Router:
 
     @staticmethod
     def _samples(plan: Plan) -> int:
-        """How many samples one run asks for: build the strategy once to validate its config."""
+        """How many samples one run may have running at once (see ``parallel_samples``); the
+        strategy is built once here to validate its config."""
         if plan.strategy_name is None:  # a pass-through: one sample, nothing to validate
             return 1
         try:
-            strategy = plan.strategy()
+            return parallel_samples(plan.strategy())
         except ConfigError as exc:
             raise from_paragen(exc, param="paragen.config") from None
-        samples = getattr(strategy.config, "n", 1)
-        return samples if isinstance(samples, int) and samples > 0 else 1
 
 
 def _agree(what: str, first: Any, second: Any, model: str) -> Any:
@@ -187,6 +187,19 @@ def _agree(what: str, first: Any, second: Any, model: str) -> Any:
             code="conflicting_parameters",
         )
     return first if first is not None else second
+
+
+def _count_field(strategy: str, model: str) -> str:
+    """The config field N sets (``n``; Hogwild!'s ``workers``), as the CLI's ``-n`` does."""
+    field = count_field(load_strategy(strategy))
+    if field is None:
+        raise bad_request(
+            f"strategy {strategy!r} has no n, so N in {model!r} (or paragen.n) does not apply; "
+            "set its own fields in paragen.config",
+            param="model",
+            code="invalid_n",
+        )
+    return field
 
 
 def _model_not_found(message: str, served: tuple[str, ...]) -> APIError:
