@@ -101,8 +101,8 @@ def _check_log_level(level: str) -> None:
 def _api_key(variable: str | None) -> str | None:
     if variable is None:
         return None
-    key = os.environ.get(variable, "")
-    if not key.strip():
+    key = os.environ.get(variable, "").strip()  # a trailing newline (from a file) would never match
+    if not key:
         raise ConfigError(
             f"--api-key-env names {variable}, which is not set or empty", hint=f"export {variable}=..."
         )
