@@ -109,6 +109,7 @@ class OpenAIBackend:
             chat=endpoint != "completions",
             continue_final=endpoint != "completions" and kind in ("vllm", "sglang"),
             tokenizer=kind in _TOKENIZE,
+            tools=endpoint != "completions",
         )
 
     async def open(self) -> Capabilities:

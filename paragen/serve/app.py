@@ -72,6 +72,7 @@ class Handlers:
         except ValidationError as exc:
             raise from_validation(exc) from None
         plan = self.service.router.plan(parsed)
+        self.service.check_tools(plan)
         await self.service.check_prompt(plan)
         options = parsed.paragen
         if parsed.stream:

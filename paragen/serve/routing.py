@@ -20,9 +20,10 @@ from paragen.errors import ConfigError
 from paragen.registry import STRATEGY_GROUP, load_strategy, names
 from paragen.serve.errors import APIError, bad_request, from_paragen, from_validation
 from paragen.serve.passthrough import Passthrough, TextSink
+from paragen.serve.toolvote import ToolVote, ToolVoteRule
 from paragen.serve.wire import ChatRequest, CompletionRequest, Message
 from paragen.strategy import Strategy, build_strategy, count_field, parallel_samples
-from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams
+from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, ToolOptions
 
 AnyRequest = ChatRequest | CompletionRequest
 
@@ -42,6 +43,8 @@ class Plan:
     budget: Budget
     messages: tuple[ChatMessage, ...] | None = None
     prompt: str | None = None
+    tools: ToolOptions | None = None  # function calling: forwarded, or voted over (majority)
+    tool_vote: ToolVoteRule = "hierarchical"
     extras: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -53,15 +56,26 @@ class Plan:
     def strategy(self, on_text: TextSink | None = None) -> Strategy:
         """A strategy object for one run (pass-through ones carry their own text sink)."""
         if self.strategy_name is None:
-            return Passthrough(messages=self.messages, prompt=self.prompt, on_text=on_text)
+            return Passthrough(messages=self.messages, prompt=self.prompt, on_text=on_text, tools=self.tools)
+        if self.tools is not None and self.messages is not None:
+            return ToolVote(
+                messages=self.messages, tools=self.tools, **{**self.config, "rule": self.tool_vote}
+            )
         return build_strategy(self.strategy_name, self.config)
 
 
 class Router:
     """Resolves requests against the served model names and the installed strategies."""
 
-    def __init__(self, model_names: tuple[str, ...], defaults: SamplingParams, budget: Budget) -> None:
+    def __init__(
+        self,
+        model_names: tuple[str, ...],
+        defaults: SamplingParams,
+        budget: Budget,
+        tool_vote: ToolVoteRule = "hierarchical",
+    ) -> None:
         self.model_names = model_names
+        self.tool_vote = tool_vote
         self.defaults = defaults
         self._default_values = defaults.model_dump()  # dumped once, not once per request
         self.budget = budget
@@ -110,6 +124,8 @@ class Router:
         )
         if isinstance(request, ChatRequest):
             plan.messages = tuple(_chat_message(m) for m in request.messages)
+            plan.tools = _tools(request, strategy_name)
+            plan.tool_vote = options.tool_vote or self.tool_vote
         else:
             plan.prompt = request.prompt
         _check_generate_request(plan)
@@ -202,6 +218,19 @@ def _count_field(strategy: str, model: str) -> str:
     return field
 
 
+def _tools(request: ChatRequest, strategy: str | None) -> ToolOptions | None:
+    """The request's function calling: for a pass-through, or a majority vote over tool calls."""
+    tools = request.tool_options()
+    if tools is not None and strategy not in (None, "majority"):
+        raise bad_request(
+            f"tools work with a plain model name (passed through) or majority-N/MODEL (a vote over "
+            f"the tool calls), not with strategy {strategy!r}",
+            param="tools",
+            code="unsupported_parameter",
+        )
+    return tools
+
+
 def _model_not_found(message: str, served: tuple[str, ...]) -> APIError:
     return APIError(
         404,
@@ -219,7 +248,7 @@ def _chat_message(message: Message) -> ChatMessage:
 def _check_generate_request(plan: Plan) -> None:
     """What a pass-through sends must be a valid backend request; say so now, not mid-run."""
     try:
-        GenerateRequest(messages=plan.messages, prompt=plan.prompt, params=plan.defaults)
+        GenerateRequest(messages=plan.messages, prompt=plan.prompt, params=plan.defaults, tools=plan.tools)
     except ValidationError as exc:
         raise bad_request(exc.errors()[0]["msg"].removeprefix("Value error, "), param="messages") from None
 

@@ -55,7 +55,7 @@ class Service:
     def __init__(self, backend: Backend, config: ServeConfig) -> None:
         self.backend = backend
         self.config = config
-        self.router = Router(config.model_names, config.defaults, config.budget)
+        self.router = Router(config.model_names, config.defaults, config.budget, config.tool_vote)
         self.stats = Stats()
 
     @contextmanager
@@ -81,6 +81,17 @@ class Service:
             yield
         finally:
             stats.runs_running -= plan.choices
+
+    def check_tools(self, plan: Plan) -> None:
+        """400 when the request has tools and the backend cannot take them."""
+        if plan.tools is not None and not self.backend.capabilities.tools:
+            raise APIError(
+                400,
+                f"the {self.backend.name} backend does not take tools (function calling); serve an "
+                "OpenAI-compatible server that does (--backend openai:URL)",
+                param="tools",
+                code="unsupported_parameter",
+            )
 
     async def check_prompt(self, plan: Plan) -> None:
         """400 when the prompt has more tokens than the server takes."""
