@@ -148,6 +148,7 @@ def _taken_port() -> tuple[str, object]:
         (["-b", "scripted", "--port", "99999"], {}, "bad port 99999: it must be 0-65535"),
         (["-b", "scripted", "--port", "-1"], {}, "bad port -1"),
         (["-b", "scripted", "--log-level", "nope"], {}, "bad --log-level 'nope'"),
+        (["-b", "scripted", "--tool-vote", "nope"], {}, "bad value for --tool-vote"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args: list[str], env: dict[str, str], message: str) -> None:

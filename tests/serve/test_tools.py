@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
 import pytest
 from conftest import Serve
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
@@ -31,6 +32,9 @@ TOOLS: list[dict[str, Any]] = [
     },
 ]
 CHOICE = {"type": "function", "function": {"name": "get_weather"}}
+# The openai client's parameters are TypedDicts; plain dicts (also sent with httpx) go in as they are.
+TOOLS_ARG: Any = TOOLS
+Q_ARG: Any = Q
 
 
 def call(name: str, arguments: str, call_id: str = "call_1") -> dict[str, Any]:
@@ -59,10 +63,10 @@ def test_a_pass_through_forwards_the_tools_and_returns_the_call(serve: Serve) ->
     with serve(backend) as url, openai.OpenAI(base_url=url, api_key="unused", max_retries=0) as client:
         reply = client.chat.completions.create(
             model="scripted",
-            messages=Q,
-            tools=TOOLS,
-            tool_choice=CHOICE,
-            parallel_tool_calls=False,  # type: ignore[arg-type]
+            messages=Q_ARG,
+            tools=TOOLS_ARG,
+            tool_choice=cast(Any, CHOICE),
+            parallel_tool_calls=False,
         )
     sent = backend.streams[0].request.tools
     assert sent is not None and list(sent.tools) == TOOLS and sent.tool_choice == CHOICE
@@ -70,14 +74,17 @@ def test_a_pass_through_forwards_the_tools_and_returns_the_call(serve: Serve) ->
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     [made] = choice.message.tool_calls or []
-    assert made.id == "call_abc" and made.function.name == "get_weather"  # type: ignore[union-attr]
-    assert made.function.arguments == '{"city": "Paris"}'  # type: ignore[union-attr]
+    assert isinstance(made, ChatCompletionMessageFunctionToolCall)
+    assert made.id == "call_abc" and made.function.name == "get_weather"
+    assert made.function.arguments == '{"city": "Paris"}'
 
 
 def test_a_streamed_pass_through_returns_the_call(serve: Serve) -> None:
     backend = ScriptedBackend(scripts(call("get_weather", '{"city": "Paris"}', "call_abc")))
     with serve(backend) as url, openai.OpenAI(base_url=url, api_key="unused", max_retries=0) as client:
-        chunks = list(client.chat.completions.create(model="scripted", messages=Q, tools=TOOLS, stream=True))  # type: ignore[arg-type]
+        chunks = list(
+            client.chat.completions.create(model="scripted", messages=Q_ARG, tools=TOOLS_ARG, stream=True)
+        )
     pieces = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     assert [(p.index, p.id, p.function.name, p.function.arguments) for p in pieces if p.function] == [
         (0, "call_abc", "get_weather", '{"city": "Paris"}')
@@ -154,7 +161,9 @@ def test_a_streamed_vote_sends_the_winning_call(serve: Serve) -> None:
         openai.OpenAI(base_url=url, api_key="unused", max_retries=0) as client,
     ):
         chunks = list(
-            client.chat.completions.create(model="majority-3/scripted", messages=Q, tools=TOOLS, stream=True)  # type: ignore[arg-type]
+            client.chat.completions.create(
+                model="majority-3/scripted", messages=Q_ARG, tools=TOOLS_ARG, stream=True
+            )
         )
     pieces = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     assert [(p.id, p.function.name) for p in pieces if p.function] == [("call_w", "get_weather")]
