@@ -22,9 +22,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from paragen import BaseStrategy, RunContext, Strategy, StrategyConfig, build_strategy
+from paragen import BaseStrategy, RunContext, Strategy, StrategyConfig, build_strategy, parallel_samples
 from paragen.answers import ExtractMode, majority_vote
-from paragen.strategy import parallel_samples
 from paragen.types import Problem, StrategyResult, Trace
 from strategies.distill import (
     SELECTORS,
