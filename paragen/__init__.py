@@ -21,7 +21,7 @@ from paragen.fanout import Fanout
 from paragen.live import LiveSample, Monitor
 from paragen.orchestrator import Orchestrator
 from paragen.shared import SharedWorkers
-from paragen.strategy import BaseStrategy, Strategy, StrategyConfig, build_strategy
+from paragen.strategy import BaseStrategy, Strategy, StrategyConfig, build_strategy, parallel_samples
 from paragen.types import (
     ChatMessage,
     Completion,
@@ -77,5 +77,6 @@ __all__ = [
     "extract_answer",
     "generate",
     "majority_vote",
+    "parallel_samples",
     "solve",
 ]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 
 from paragen.backends.base import CompletionStream
+from paragen.tool_calls import merge
 from paragen.types import Delta, FinishReason, Trace, TraceStatus, Usage
 
 Monitor = Callable[["LiveSample"], str | None]
@@ -25,6 +27,7 @@ class LiveSample:
         "_finish_reason",
         "_first_token",
         "_tokens",
+        "_tool_pieces",
         "group",
         "index",
         "logprobs",
@@ -43,6 +46,7 @@ class LiveSample:
         self._tokens = 0
         self._first_token: float | None = None
         self._finish_reason: FinishReason | None = None
+        self._tool_pieces: list[dict[str, Any]] = []
         self.logprobs: list[float] = []
         self.top_logprobs: list[list[float]] = []
         self.scope: anyio.CancelScope | None = None
@@ -79,6 +83,8 @@ class LiveSample:
             self.logprobs.extend(delta.logprobs)
         if delta.top_logprobs:
             self.top_logprobs.extend(list(t) for t in delta.top_logprobs)
+        if delta.tool_calls:
+            self._tool_pieces.extend(delta.tool_calls)
         if delta.finish_reason is not None:
             self._finish_reason = delta.finish_reason
 
@@ -90,6 +96,8 @@ class LiveSample:
         trace.first_token = self._first_token
         if self._finish_reason is not None:
             trace.finish_reason = self._finish_reason
+        if self._tool_pieces:
+            trace.tool_calls = merge(self._tool_pieces)
         return trace
 
     def apply_usage(self, usage: Usage, *, choices: int = 1) -> int:

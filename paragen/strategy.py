@@ -88,6 +88,23 @@ def count_field(cls: Any) -> str | None:
     return name if isinstance(name, str) and name in fields else None
 
 
+def parallel_samples(strategy: Strategy) -> int:
+    """How many samples ``strategy`` may have running at once (what ``paragen serve --max-samples`` counts).
+
+    A Config says so itself with a ``parallel_samples()`` method where its count field alone does
+    not tell (PDR: its widest round times a draft strategy's own; adaptive consistency: its batch);
+    else it is the value of the strategy's count field (``n``; Hogwild!'s ``workers``); else 1.
+    """
+    config = strategy.config
+    method = getattr(config, "parallel_samples", None)
+    if callable(method):
+        value = method()
+    else:
+        field = count_field(type(strategy))
+        value = getattr(config, field, 1) if field is not None else 1
+    return value if isinstance(value, int) and value > 0 else 1
+
+
 def build_strategy(name: str, options: dict[str, Any] | None = None) -> Strategy:
     """Look ``name`` up in the registry and build it with ``options`` (validated)."""
     from paragen.registry import load_strategy

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-FinishReason = Literal["stop", "length", "abort", "error"]
+FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
 TraceStatus = Literal["ok", "cancelled", "pruned", "error"]
 TraceKind = Literal["sample", "judge", "tool"]
 CountSource = Literal["server", "token_ids", "tokenizer", "estimate", "none"]
@@ -87,6 +87,17 @@ class ChatMessage(Model):
     content: str
 
 
+class ToolOptions(Model):
+    """OpenAI's function calling, as a request forwards it: the tools, ``tool_choice`` and
+    ``parallel_tool_calls``, each as the client wrote it (only OpenAI-compatible backends take them)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tools: tuple[dict[str, Any], ...] = Field(min_length=1)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+
+
 class GenerateRequest(Model):
     """What a backend is asked for: a raw prompt or chat messages, sampled ``n`` times.
 
@@ -102,6 +113,7 @@ class GenerateRequest(Model):
     n: int = Field(default=1, gt=0, le=1024)
     continue_final: bool = False
     affinity: str | None = None
+    tools: ToolOptions | None = None  # function calling (chat only); the reply may be tool calls
     request_id: str = Field(default_factory=lambda: f"pg-{next(_request_ids)}")
 
     @model_validator(mode="after")
@@ -112,6 +124,8 @@ class GenerateRequest(Model):
             raise ValueError("the prompt is empty")
         for text in [self.prompt or "", *(m.content for m in self.messages or ())]:
             _require_utf8(text, "the prompt")
+        if self.tools is not None and self.messages is None:
+            raise ValueError("tools need chat messages, not a raw prompt")
         if self.messages is not None:
             if not self.messages:
                 raise ValueError("messages is empty")
@@ -133,7 +147,9 @@ class Delta:
     ``token_ids`` is given or the server counts (see the stream's ``usage.source``).
     ``logprobs`` holds the chosen tokens' log-probabilities; ``top_logprobs`` the
     best alternatives' log-probabilities per token (for confidence measures).
-    The last delta of a choice carries its ``finish_reason``.
+    The last delta of a choice carries its ``finish_reason``. ``tool_calls`` are pieces of
+    function calls as OpenAI streams them (``{"index", "id", "type", "function": {"name",
+    "arguments"}}``, arguments in pieces); :func:`paragen.tool_calls.merge` joins them.
     """
 
     index: int
@@ -143,6 +159,7 @@ class Delta:
     logprobs: tuple[float, ...] | None = None
     top_logprobs: tuple[tuple[float, ...], ...] | None = None
     finish_reason: FinishReason | None = None
+    tool_calls: tuple[dict[str, Any], ...] | None = None
 
 
 class Usage(Model):
@@ -164,6 +181,7 @@ class Completion(Model):
     finish_reason: FinishReason
     logprobs: list[float] | None = None
     top_logprobs: list[list[float]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # whole calls, OpenAI's message format
 
 
 class Trace(Model):
@@ -193,6 +211,7 @@ class Trace(Model):
     top_logprobs: list[list[float]] | None = None
     parents: list[int] = Field(default_factory=list)
     meta: dict[str, Any] = Field(default_factory=dict)
+    tool_calls: list[dict[str, Any]] | None = None  # the function calls it made (OpenAI's format)
 
     @property
     def is_ok(self) -> bool:
@@ -239,3 +258,5 @@ class StrategyResult(Model):
     usage: RunUsage = Field(default_factory=RunUsage)
     metrics: dict[str, float] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
+    tool_calls: list[dict[str, Any]] | None = None  # the reply is these function calls (OpenAI's format)
+    details: dict[str, Any] = Field(default_factory=dict)  # findings that are not numbers (a tool vote)

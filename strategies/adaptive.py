@@ -45,6 +45,10 @@ class AdaptiveConfig(StrategyConfig):
     batch: int = Field(default=2, ge=1, description="samples in flight at once")
     threshold: float = Field(default=0.95, gt=0.5, lt=1.0, description="Beta stopping threshold")
 
+    def parallel_samples(self) -> int:
+        """Samples in flight at once: one batch."""
+        return min(self.n, self.batch)
+
 
 class AdaptiveConsistency(BaseStrategy[AdaptiveConfig]):
     """Sample ``batch`` at a time; stop (cancelling the rest) once the leader is settled."""

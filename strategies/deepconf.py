@@ -126,6 +126,10 @@ class DeepConfOnlineConfig(DeepConfConfig):
         default=0.95, gt=0.5, le=1.0, description="stop once the leader holds this share"
     )
 
+    def parallel_samples(self) -> int:
+        """Samples in flight at once: the warm-up, or one online batch, whichever is larger."""
+        return min(self.n, max(self.n_init, self.batch))
+
 
 class DeepConfOnline(DeepConf):
     """DeepConf online: warm-up sets a threshold; later traces stop early when their confidence drops."""

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from paragen import BaseStrategy, RunContext, Strategy, StrategyConfig, build_strategy
+from paragen import BaseStrategy, RunContext, Strategy, StrategyConfig, build_strategy, parallel_samples
 from paragen.answers import ExtractMode, majority_vote
 from paragen.types import Problem, StrategyResult, Trace
 from strategies.distill import (
@@ -75,6 +75,13 @@ class PDRConfig(StrategyConfig):
         if not value or value[-1] != 1 or min(value) < 1:
             raise ValueError("parallelism must be positive and end with 1 (the last round gives the answer)")
         return value
+
+    def parallel_samples(self) -> int:
+        """Samples in flight at once: the widest round's drafts, each as wide as the draft strategy."""
+        per_draft = 1
+        if self.draft_strategy is not None:
+            per_draft = parallel_samples(build_strategy(self.draft_strategy, self.draft_options))
+        return max(self.parallelism) * per_draft
 
 
 class PDR(BaseStrategy[PDRConfig]):

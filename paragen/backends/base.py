@@ -27,10 +27,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from paragen.errors import ConfigError
+from paragen.tool_calls import merge
 from paragen.types import Completion, Delta, GenerateRequest, SamplingParams, Usage
 
 
@@ -48,6 +50,7 @@ class Capabilities(BaseModel):
     raw_prompt: bool = True  # accepts a raw text prompt (completions), not only chat
     chat: bool = True  # accepts chat messages
     continue_final: bool = False  # can continue a prefilled assistant message
+    tools: bool = False  # takes function calling (GenerateRequest.tools) and streams tool calls
     tokenizer: bool = False  # count_tokens() is exact (else it estimates)
 
 
@@ -155,6 +158,15 @@ class SharedCacheBackend(Protocol):
     ) -> AbstractAsyncContextManager[SharedCacheSession]: ...
 
 
+def refuse_tools(backend: str, request: GenerateRequest) -> None:
+    """One clear error for function calling on a backend that has none (``capabilities.tools``)."""
+    if request.tools is not None:
+        raise ConfigError(
+            f"the {backend} backend does not take tools (function calling)",
+            hint="serve an OpenAI-compatible server that does (e.g. --backend openai:URL)",
+        )
+
+
 def estimate_tokens(text: str) -> int:
     """A rough count for backends without a tokenizer: about 4 characters per token."""
     return max(1, (len(text) + 3) // 4) if text else 0
@@ -170,7 +182,7 @@ async def generate(backend: Backend, request: GenerateRequest) -> list[Completio
 
 
 class _Accumulator:
-    __slots__ = ("finish", "ids", "logprobs", "num_tokens", "texts", "tops")
+    __slots__ = ("finish", "ids", "logprobs", "num_tokens", "texts", "tool_pieces", "tops")
 
     def __init__(self) -> None:
         self.texts: list[str] = []
@@ -179,6 +191,7 @@ class _Accumulator:
         self.tops: list[list[float]] | None = []
         self.num_tokens = 0
         self.finish: str | None = None
+        self.tool_pieces: list[dict[str, Any]] = []
 
     def add(self, delta: Delta) -> None:
         self.texts.append(delta.text)
@@ -189,6 +202,8 @@ class _Accumulator:
         if self.tops is not None:
             tops = delta.top_logprobs
             self.tops = None if tops is None else [*self.tops, *(list(t) for t in tops)]
+        if delta.tool_calls:
+            self.tool_pieces.extend(delta.tool_calls)
         if delta.finish_reason is not None:
             self.finish = delta.finish_reason
 
@@ -201,4 +216,5 @@ class _Accumulator:
             finish_reason=self.finish or "abort",
             logprobs=self.logprobs or None,
             top_logprobs=self.tops or None,
+            tool_calls=merge(self.tool_pieces) if self.tool_pieces else None,
         )

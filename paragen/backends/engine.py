@@ -15,7 +15,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from paragen.backends.base import Capabilities, SharedRow, SharedSample
+from paragen.backends.base import Capabilities, SharedRow, SharedSample, refuse_tools
 from paragen.errors import ConfigError, EngineError
 from paragen.types import Delta, GenerateRequest, SamplingParams, Usage
 
@@ -99,6 +99,7 @@ class EngineBackend:
 
     @asynccontextmanager
     async def stream(self, request: GenerateRequest) -> AsyncIterator[EngineStream]:
+        refuse_tools("engine", request)
         prompt_ids = self.prompt_ids(request)
         seqs = self.engine.new_request(prompt_ids, request.params, request.n)
         handle = self.runtime.submit(prompt_ids, seqs)

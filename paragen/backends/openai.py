@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import anyio
 import httpx
 from pydantic import ValidationError
 
@@ -66,6 +67,8 @@ class OpenAIBackend:
             limits=httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=64),
         )
         self._tokenize: dict[str, str | None] = {}  # replica url -> working tokenize path (None: none)
+        self._opened = False  # open() probes once; replicas down then are the health check's
+        self._watched = False  # a background task (watch_health) checks down replicas, not requests
 
     @classmethod
     def from_spec(cls, target: str | None, **options: Any) -> OpenAIBackend:
@@ -106,6 +109,7 @@ class OpenAIBackend:
             chat=endpoint != "completions",
             continue_final=endpoint != "completions" and kind in ("vllm", "sglang"),
             tokenizer=kind in _TOKENIZE,
+            tools=endpoint != "completions",
         )
 
     async def open(self) -> Capabilities:
@@ -114,7 +118,10 @@ class OpenAIBackend:
         A configuration mistake (a base URL without ``/v1``, no model) is raised at once. A
         replica that cannot be reached is marked down, to be retried by the pool's health
         check, as long as another one answers; if none does, the first failure is raised.
+        Once one has answered, later calls probe nothing (every run's Orchestrator calls it).
         """
+        if self._opened:
+            return self.capabilities
         failure: BackendError | None = None
         for replica in self.pool.replicas:
             try:
@@ -126,6 +133,7 @@ class OpenAIBackend:
                 failure = failure or exc
         if failure is not None and not any(r.info is not None for r in self.pool.replicas):
             raise failure
+        self._opened = True
         return self.capabilities
 
     probe = open
@@ -190,7 +198,24 @@ class OpenAIBackend:
         return StreamContext(self, request)
 
     async def check_health(self) -> None:
-        """Ask each down replica that is due (GET /models) whether it is back; take it back if so."""
+        """Ask each down replica that is due (GET /models) whether it is back; take it back if so.
+
+        Requests call this before each attempt, unless :meth:`watch_health` runs."""
+        if not self._watched:
+            await self._check_due()
+
+    async def watch_health(self) -> None:
+        """Check the down replicas in the background, every ``pool.health_interval``, until
+        cancelled (a server's lifetime): no request then waits on a dead replica's check."""
+        self._watched = True
+        try:
+            while True:
+                await self._check_due()
+                await anyio.sleep(self.pool.health_interval)
+        finally:
+            self._watched = False
+
+    async def _check_due(self) -> None:
         for replica in self.pool.due_for_check():
             with contextlib.suppress(httpx.HTTPError):
                 response = await self._client.get(f"{replica.url}/models", timeout=2.0)

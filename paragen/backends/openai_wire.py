@@ -20,7 +20,14 @@ from paragen.types import Delta, FinishReason, GenerateRequest, Usage
 Endpoint = Literal["completions", "chat"]
 ServerKind = Literal["vllm", "sglang", "llama_cpp", "openai"]
 
-_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "abort": "abort",
+    "error": "error",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +51,7 @@ def build_body(request: GenerateRequest, options: WireOptions) -> dict[str, Any]
             # vLLM's extension: continue the prefilled assistant turn instead of opening a new one.
             body["continue_final_message"] = True
             body["add_generation_prompt"] = False
+        body.update(_tool_fields(request))
     else:
         body["prompt"] = request.prompt
     body["max_tokens"] = params.max_tokens
@@ -73,6 +81,19 @@ def _messages(request: GenerateRequest) -> list[dict[str, str]]:
         # A raw prompt on a chat-only server becomes one user turn.
         return [{"role": "user", "content": request.prompt or ""}]
     return [{"role": m.role, "content": m.content} for m in request.messages]
+
+
+def _tool_fields(request: GenerateRequest) -> dict[str, Any]:
+    """Function calling, forwarded as the client wrote it."""
+    tools = request.tools
+    if tools is None:
+        return {}
+    fields: dict[str, Any] = {"tools": list(tools.tools)}
+    if tools.tool_choice is not None:
+        fields["tool_choice"] = tools.tool_choice
+    if tools.parallel_tool_calls is not None:
+        fields["parallel_tool_calls"] = tools.parallel_tool_calls
+    return fields
 
 
 def _logprobs_fields(request: GenerateRequest, endpoint: Endpoint) -> dict[str, Any]:
@@ -126,6 +147,7 @@ class _ChatLogprobs(_Lenient):
 
 class _ChatDelta(_Lenient):
     content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 class _Choice(_Lenient):
@@ -183,10 +205,13 @@ class ChunkParser:
             self._take_final(chunk.usage)
         elif chunk.usage is not None:
             self._take_prompt(chunk.usage)
-        return [d for d in deltas if d.text or d.num_tokens or d.finish_reason]
+        return [d for d in deltas if d.text or d.num_tokens or d.finish_reason or d.tool_calls]
 
     def _delta(self, choice: _Choice, usage: _Usage | None) -> Delta:
         text = choice.text if choice.delta is None else (choice.delta.content or "")
+        calls = (
+            None if choice.delta is None or not choice.delta.tool_calls else tuple(choice.delta.tool_calls)
+        )
         logprobs, tops = _logprobs(choice.logprobs)
         counted = self._counted.get(choice.index, 0)
         if usage is not None:
@@ -196,14 +221,14 @@ class ChunkParser:
         elif logprobs is not None:
             num_tokens, source = len(logprobs), "token_ids"
         else:
-            num_tokens, source = (1 if text else 0), "estimate"
+            num_tokens, source = (1 if text or calls else 0), "estimate"
         self._counted[choice.index] = counted + num_tokens
         finish = None
         if choice.finish_reason is not None:
             finish = _FINISH.get(choice.finish_reason, "stop")
             self.finished.add(choice.index)
         self._count(num_tokens, source)
-        return Delta(choice.index, text or "", num_tokens, None, logprobs, tops, finish)
+        return Delta(choice.index, text or "", num_tokens, None, logprobs, tops, finish, calls)
 
     def _count(self, num_tokens: int, source: str) -> None:
         usage = self.usage

@@ -45,6 +45,9 @@ class Script(Model):
     finish_reason: FinishReason = "stop"
     fail: Failure | None = None
     fail_after: int = Field(default=0, ge=0)  # tokens sent before a reset / malformed chunk
+    # Function calls sent after the text, one piece each (OpenAI's format, with "function": {...});
+    # the choice then finishes with "tool_calls".
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 Responder = Callable[[GenerateRequest, int], "Script | str"]
@@ -79,7 +82,9 @@ class ScriptedBackend:
         capabilities: Capabilities | None = None,
     ) -> None:
         self._responder = _as_responder(responder)
-        self._capabilities = capabilities or Capabilities(logprobs=True, continue_final=True, tokenizer=True)
+        self._capabilities = capabilities or Capabilities(
+            logprobs=True, continue_final=True, tokenizer=True, tools=True
+        )
         self.streams: list[StreamRecord] = []
         self.calls = 0
 
@@ -164,7 +169,11 @@ class _ScriptedStream:
             self._record.tokens_sent += 1
             self.usage.completion_tokens += 1
             logprobs = (-0.1 * (1 + position % 3),) if self._logprobs else None
-            yield Delta(index=index, text=token, num_tokens=1, logprobs=logprobs, finish_reason=finish)
+            calls = self._scripts[index].tool_calls if finish not in (None, "length") else None
+            yield Delta(index, token, 1, logprobs=logprobs, finish_reason=None if calls else finish)
+            if calls:
+                pieces = tuple({"index": i, **call} for i, call in enumerate(calls))
+                yield Delta(index, "", 0, tool_calls=pieces, finish_reason="tool_calls")
             if finish is not None:
                 self._aborted.add(index)  # finished: nothing more from this choice
 

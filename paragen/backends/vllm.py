@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 from pydantic import Field, ValidationError
 
-from paragen.backends.base import Capabilities, CompletionStream
+from paragen.backends.base import Capabilities, CompletionStream, refuse_tools
 from paragen.errors import ConfigError, EngineError, ParagenError
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, SamplingParams, Usage
 
@@ -161,6 +161,7 @@ class VLLMBackend:
 
     def stream(self, request: GenerateRequest) -> _VLLMContext:
         """Stream ``request``; leaving early aborts it in the engine."""
+        refuse_tools("vllm", request)
         return _VLLMContext(self, request)
 
     async def count_tokens(self, text: str) -> tuple[int, str]:

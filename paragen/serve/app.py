@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,6 +27,7 @@ from starlette.routing import Route
 from paragen.backends.base import Backend
 from paragen.serve.config import ServeConfig
 from paragen.serve.errors import APIError, bad_request, from_validation, internal_error
+from paragen.serve.health import start_health_checks
 from paragen.serve.responses import RunResponse, RunStream, error_response
 from paragen.serve.routing import AnyRequest
 from paragen.serve.service import Service
@@ -70,6 +72,7 @@ class Handlers:
         except ValidationError as exc:
             raise from_validation(exc) from None
         plan = self.service.router.plan(parsed)
+        self.service.check_tools(plan)
         await self.service.check_prompt(plan)
         options = parsed.paragen
         if parsed.stream:
@@ -151,7 +154,10 @@ def create_app(backend: Backend, config: ServeConfig, *, close_backend: bool = T
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            yield
+            async with anyio.create_task_group() as tg:
+                await start_health_checks(backend, tg)
+                yield
+                tg.cancel_scope.cancel()
         finally:
             if close_backend:
                 await backend.aclose()

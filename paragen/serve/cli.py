@@ -40,6 +40,10 @@ def serve_command(
     temperature: Annotated[float, typer.Option(help="default sampling temperature")] = 0.7,
     max_tokens: Annotated[int, typer.Option(help="default max tokens per sample")] = 512,
     deadline: Annotated[float | None, typer.Option(help="seconds before any run is cut off")] = None,
+    tool_vote: Annotated[
+        str,
+        typer.Option(help="how majority-N votes over tool calls: name, arguments or hierarchical"),
+    ] = "hierarchical",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     access_log: Annotated[
         bool, typer.Option(help="log one line per request (method, path, status; never a header)")
@@ -60,6 +64,7 @@ def serve_command(
         max_prompt_tokens=max_prompt_tokens,
         defaults={"temperature": temperature, "max_tokens": max_tokens},
         budget={"deadline_s": deadline},
+        tool_vote=tool_vote,
     )
     sock = bind(host, port)  # before the model loads: a taken port fails at once
     try:
@@ -101,8 +106,8 @@ def _check_log_level(level: str) -> None:
 def _api_key(variable: str | None) -> str | None:
     if variable is None:
         return None
-    key = os.environ.get(variable, "")
-    if not key.strip():
+    key = os.environ.get(variable, "").strip()  # a trailing newline (from a file) would never match
+    if not key:
         raise ConfigError(
             f"--api-key-env names {variable}, which is not set or empty", hint=f"export {variable}=..."
         )

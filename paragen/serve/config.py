@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 
 from paragen.config import Budget
@@ -15,7 +17,8 @@ class ServeConfig(Model):
     the samples one request may ask for (strategy n times the OpenAI ``n`` choices); past
     either the server answers 429 with ``Retry-After: retry_after_s``. ``defaults`` are the
     sampling parameters a request does not set. ``model_names`` are the names the backend's
-    model is served under (the first is listed first in /v1/models).
+    model is served under (the first is listed first in /v1/models). ``tool_vote`` is the rule
+    a majority vote over tool calls uses when a request does not name one (paragen.serve.toolvote).
     """
 
     model_names: tuple[str, ...] = Field(min_length=1)
@@ -27,3 +30,4 @@ class ServeConfig(Model):
     retry_after_s: int = Field(default=1, ge=0)
     defaults: SamplingParams = Field(default_factory=SamplingParams)
     budget: Budget = Field(default_factory=Budget)
+    tool_vote: Literal["name", "arguments", "hierarchical"] = "hierarchical"  # majority over tool calls

@@ -74,5 +74,15 @@ def rate_limited(message: str, retry_after_s: int) -> APIError:
     )
 
 
+def strategy_failed(strategy: str | None, exc: BaseException) -> APIError:
+    """A 500 for a run whose strategy raised: the error's type and first line, no traceback."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # a task group's: its first error
+        exc = exc.exceptions[0]
+    detail = (str(exc).strip().splitlines() or [""])[0][:200]
+    what = f"the strategy {strategy!r}" if strategy else "the pass-through run"
+    message = f"{what} failed: {type(exc).__name__}{': ' + detail if detail else ''} (see the server log)"
+    return APIError(500, message, type="server_error", code="strategy_error")
+
+
 def internal_error() -> APIError:
     return APIError(500, "internal server error (see the server log)", type="server_error")

@@ -1,5 +1,8 @@
 """The strategy behind a plain model name: the request's own messages (or prompt), sampled once.
 
+With ``tools`` the request offers them to the backend and the reply may be its tool calls,
+passed on unchanged.
+
 It is a strategy like any other (it speaks only to its RunContext), so a pass-through
 request is accounted, cancelled and streamed exactly as a strategy's run is.
 """
@@ -11,7 +14,7 @@ from typing import Protocol
 
 from paragen.context import RunContext
 from paragen.strategy import BaseStrategy, StrategyConfig
-from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
+from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, ToolOptions, Trace
 
 TextSink = Callable[[str], None]
 """Receives the sample's text as it grows, piece by piece (for streaming it to the client)."""
@@ -34,8 +37,10 @@ class Passthrough(BaseStrategy[StrategyConfig]):
         messages: tuple[ChatMessage, ...] | None = None,
         prompt: str | None = None,
         on_text: TextSink | None = None,
+        tools: ToolOptions | None = None,
     ) -> None:
         super().__init__()
+        self.tools = tools
         self.messages = messages
         self.prompt = prompt
         self.on_text = on_text
@@ -44,11 +49,15 @@ class Passthrough(BaseStrategy[StrategyConfig]):
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         request = ctx.request(messages=self.messages, prompt=self.prompt)
+        if self.tools is not None:
+            request = request.model_copy(update={"tools": self.tools})
         if self.on_text is None:
             trace = await ctx.sample(request)
         else:
             trace = await self._streamed(request, ctx)
-        return ctx.finish(None, text=trace.text)
+        result = ctx.finish(None, text=trace.text)
+        result.tool_calls = trace.tool_calls  # the backend's, unchanged
+        return result
 
     async def _streamed(self, request: GenerateRequest, ctx: RunContext) -> Trace:
         async with ctx.fanout(request, n=1, monitor=self._forward) as fan:

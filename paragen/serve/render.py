@@ -4,8 +4,8 @@ Extensions (documented in docs/serve.md), all ignored by clients that do not kno
 
 - ``usage.paragen``: sequential, wasted and judge tokens, sample counts, latency, time to
   first token and how the counts were obtained;
-- ``choices[i].paragen``: the strategy's extracted answer, why the run stopped, and with
-  ``paragen.include_result`` the whole StrategyResult (every trace);
+- ``choices[i].paragen``: the strategy's extracted answer, why the run stopped, a vote over
+  tool calls' counts (``vote``), and with ``paragen.include_result`` the whole StrategyResult;
 - streamed events: SSE comment lines ``: paragen {json}`` before the answer's chunks.
 """
 
@@ -46,13 +46,29 @@ def usage(results: list[StrategyResult]) -> dict[str, Any]:
 
 
 def answer_text(result: StrategyResult) -> str:
-    """What the client reads as the reply: the strategy's final text, else its bare answer."""
+    """What the client reads as the reply: the strategy's final text, else its bare answer
+    (not for a reply of tool calls: their text, if any, is all)."""
     if result.text is not None:
         return result.text
-    return result.answer or ""
+    return "" if result.tool_calls else result.answer or ""
+
+
+def message(result: StrategyResult) -> dict[str, Any]:
+    """The assistant message of a chat answer: its text, or its tool calls (content null if none)."""
+    text = answer_text(result)
+    if not result.tool_calls:
+        return {"role": "assistant", "content": text}
+    return {"role": "assistant", "content": text or None, "tool_calls": result.tool_calls}
+
+
+def stream_tool_calls(result: StrategyResult) -> list[dict[str, Any]]:
+    """The reply's tool calls as one streamed delta carries them (each whole, with its index)."""
+    return [{"index": i, **call} for i, call in enumerate(result.tool_calls or ())]
 
 
 def finish_reason(plan: Plan, result: StrategyResult) -> str:
+    if result.tool_calls and result.stop_reason == "done":
+        return "tool_calls"
     if result.stop_reason in ("deadline", "budget"):
         return "length"
     if plan.strategy_name is None and result.traces and result.traces[0].finish_reason == "length":
@@ -66,6 +82,8 @@ def choice_extension(plan: Plan, result: StrategyResult, include_result: bool) -
         "answer": result.answer,
         "stop_reason": result.stop_reason,
     }
+    if "tool_vote" in result.details:
+        ext["vote"] = result.details["tool_vote"]
     if include_result:
         ext["result"] = result.model_dump(mode="json")
     return ext
@@ -80,7 +98,7 @@ def completion(
     for index, result in enumerate(results):
         choice: dict[str, Any] = {"index": index, "finish_reason": finish_reason(plan, result)}
         if chat:
-            choice["message"] = {"role": "assistant", "content": answer_text(result)}
+            choice["message"] = message(result)
         else:
             choice["text"] = answer_text(result)
         choice["logprobs"] = None
@@ -102,6 +120,7 @@ def chunk(
     role: bool = False,
     finish: str | None = None,
     extension: dict[str, Any] | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> str:
     """One streamed chunk as JSON text."""
     chat = plan.messages is not None
@@ -110,6 +129,8 @@ def chunk(
         delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
         if text is not None:
             delta["content"] = text
+        if tool_calls:
+            delta["tool_calls"] = tool_calls
         choice["delta"] = delta
     else:
         choice["text"] = text or ""

@@ -121,8 +121,12 @@ class RunStream(EventSourceResponse):
     def _finish(self, results: list[StrategyResult]) -> None:
         plan, created = self.plan, self.created
         for index, result in enumerate(results):
-            if plan.strategy_name is not None:  # a pass-through's text has streamed already
-                self._data(render.chunk(plan, created, index, text=render.answer_text(result)))
+            text = render.answer_text(result)
+            if plan.strategy_name is not None and (text or not result.tool_calls):
+                self._data(render.chunk(plan, created, index, text=text))  # a pass-through's has streamed
+            if result.tool_calls:
+                calls = render.stream_tool_calls(result)
+                self._data(render.chunk(plan, created, index, tool_calls=calls))
             ext = render.choice_extension(plan, result, self.include_result)
             reason = render.finish_reason(plan, result)
             self._data(render.chunk(plan, created, index, finish=reason, extension=ext))

@@ -17,12 +17,13 @@ from pydantic import ValidationError
 
 from paragen.config import Budget
 from paragen.errors import ConfigError
-from paragen.registry import STRATEGY_GROUP, names
+from paragen.registry import STRATEGY_GROUP, load_strategy, names
 from paragen.serve.errors import APIError, bad_request, from_paragen, from_validation
 from paragen.serve.passthrough import Passthrough, TextSink
+from paragen.serve.toolvote import ToolVote, ToolVoteRule
 from paragen.serve.wire import ChatRequest, CompletionRequest, Message
-from paragen.strategy import Strategy, build_strategy
-from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams
+from paragen.strategy import Strategy, build_strategy, count_field, parallel_samples
+from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, ToolOptions
 
 AnyRequest = ChatRequest | CompletionRequest
 
@@ -42,6 +43,8 @@ class Plan:
     budget: Budget
     messages: tuple[ChatMessage, ...] | None = None
     prompt: str | None = None
+    tools: ToolOptions | None = None  # function calling: forwarded, or voted over (majority)
+    tool_vote: ToolVoteRule = "hierarchical"
     extras: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -53,15 +56,26 @@ class Plan:
     def strategy(self, on_text: TextSink | None = None) -> Strategy:
         """A strategy object for one run (pass-through ones carry their own text sink)."""
         if self.strategy_name is None:
-            return Passthrough(messages=self.messages, prompt=self.prompt, on_text=on_text)
+            return Passthrough(messages=self.messages, prompt=self.prompt, on_text=on_text, tools=self.tools)
+        if self.tools is not None and self.messages is not None:
+            return ToolVote(
+                messages=self.messages, tools=self.tools, **{**self.config, "rule": self.tool_vote}
+            )
         return build_strategy(self.strategy_name, self.config)
 
 
 class Router:
     """Resolves requests against the served model names and the installed strategies."""
 
-    def __init__(self, model_names: tuple[str, ...], defaults: SamplingParams, budget: Budget) -> None:
+    def __init__(
+        self,
+        model_names: tuple[str, ...],
+        defaults: SamplingParams,
+        budget: Budget,
+        tool_vote: ToolVoteRule = "hierarchical",
+    ) -> None:
         self.model_names = model_names
+        self.tool_vote = tool_vote
         self.defaults = defaults
         self._default_values = defaults.model_dump()  # dumped once, not once per request
         self.budget = budget
@@ -87,9 +101,10 @@ class Router:
             )
         n = _agree("n", n_in_name, options.n, request.model)
         config = dict(options.config)
-        if n is not None:
-            config["n"] = _agree("n", config.get("n"), n, request.model)
-        if strategy_name is None and config:
+        if n is not None and strategy_name is not None:
+            field = _count_field(strategy_name, request.model)
+            config[field] = _agree("n", config.get(field), n, request.model)
+        if strategy_name is None and (config or n is not None):
             raise bad_request(
                 "paragen.n and paragen.config need a strategy (a model name like "
                 "'majority-8/MODEL' or paragen.strategy)",
@@ -109,6 +124,8 @@ class Router:
         )
         if isinstance(request, ChatRequest):
             plan.messages = tuple(_chat_message(m) for m in request.messages)
+            plan.tools = _tools(request, strategy_name)
+            plan.tool_vote = options.tool_vote or self.tool_vote
         else:
             plan.prompt = request.prompt
         _check_generate_request(plan)
@@ -168,15 +185,14 @@ class Router:
 
     @staticmethod
     def _samples(plan: Plan) -> int:
-        """How many samples one run asks for: build the strategy once to validate its config."""
+        """How many samples one run may have running at once (see ``parallel_samples``); the
+        strategy is built once here to validate its config."""
         if plan.strategy_name is None:  # a pass-through: one sample, nothing to validate
             return 1
         try:
-            strategy = plan.strategy()
+            return parallel_samples(plan.strategy())
         except ConfigError as exc:
             raise from_paragen(exc, param="paragen.config") from None
-        samples = getattr(strategy.config, "n", 1)
-        return samples if isinstance(samples, int) and samples > 0 else 1
 
 
 def _agree(what: str, first: Any, second: Any, model: str) -> Any:
@@ -187,6 +203,32 @@ def _agree(what: str, first: Any, second: Any, model: str) -> Any:
             code="conflicting_parameters",
         )
     return first if first is not None else second
+
+
+def _count_field(strategy: str, model: str) -> str:
+    """The config field N sets (``n``; Hogwild!'s ``workers``), as the CLI's ``-n`` does."""
+    field = count_field(load_strategy(strategy))
+    if field is None:
+        raise bad_request(
+            f"strategy {strategy!r} has no n, so N in {model!r} (or paragen.n) does not apply; "
+            "set its own fields in paragen.config",
+            param="model",
+            code="invalid_n",
+        )
+    return field
+
+
+def _tools(request: ChatRequest, strategy: str | None) -> ToolOptions | None:
+    """The request's function calling: for a pass-through, or a majority vote over tool calls."""
+    tools = request.tool_options()
+    if tools is not None and strategy not in (None, "majority"):
+        raise bad_request(
+            f"tools work with a plain model name (passed through) or majority-N/MODEL (a vote over "
+            f"the tool calls), not with strategy {strategy!r}",
+            param="tools",
+            code="unsupported_parameter",
+        )
+    return tools
 
 
 def _model_not_found(message: str, served: tuple[str, ...]) -> APIError:
@@ -206,7 +248,7 @@ def _chat_message(message: Message) -> ChatMessage:
 def _check_generate_request(plan: Plan) -> None:
     """What a pass-through sends must be a valid backend request; say so now, not mid-run."""
     try:
-        GenerateRequest(messages=plan.messages, prompt=plan.prompt, params=plan.defaults)
+        GenerateRequest(messages=plan.messages, prompt=plan.prompt, params=plan.defaults, tools=plan.tools)
     except ValidationError as exc:
         raise bad_request(exc.errors()[0]["msg"].removeprefix("Value error, "), param="messages") from None
 

@@ -20,7 +20,7 @@ import anyio
 import uvicorn
 from starlette.applications import Starlette
 
-from paragen.backends.base import Backend
+from paragen.backends.base import Backend, open_backend
 from paragen.errors import ConfigError
 
 
@@ -108,7 +108,9 @@ async def served_model_names(backend: Backend, model: str | None) -> tuple[str, 
     server_info = getattr(backend, "server_info", None)
     pool = getattr(backend, "pool", None)
     if server_info is not None and pool is not None:  # an OpenAI-compatible server: ask it
-        info = await server_info(pool.replicas[0])
+        await open_backend(backend)  # probes every replica; one that is down is marked so
+        replica = next((r for r in pool.replicas if r.info is not None), pool.replicas[0])
+        info = await server_info(replica)
         return (str(info.model),)
     if backend.name == "engine":
         return (Path(model).name.removesuffix(".gguf") if model else "smollm2",)

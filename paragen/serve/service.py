@@ -8,6 +8,7 @@ it; the counters come back down only once the backend has let go of them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,10 +20,12 @@ from paragen.errors import ParagenError
 from paragen.events import SampleEnded, SampleStarted
 from paragen.orchestrator import Orchestrator
 from paragen.serve.config import ServeConfig
-from paragen.serve.errors import APIError, from_paragen, rate_limited
+from paragen.serve.errors import APIError, from_paragen, rate_limited, strategy_failed
 from paragen.serve.passthrough import TextSink
 from paragen.serve.routing import Plan, Router
 from paragen.types import StrategyResult
+
+log = logging.getLogger("paragen.serve")
 
 EventHandler = Callable[[int, Any], None]
 """Receives (choice index, event) for every event of a run."""
@@ -36,7 +39,8 @@ class Stats:
     def __init__(self) -> None:
         self.runs_running = 0
         self.samples_running = 0
-        self.runs_total = 0
+        self.runs_total = 0  # finished runs, cancelled ones included
+        self.runs_cancelled_total = 0  # runs cancelled because their client went away
         self.prompt_tokens_total = 0
         self.completion_tokens_total = 0
         self.rejected_total = 0
@@ -51,7 +55,7 @@ class Service:
     def __init__(self, backend: Backend, config: ServeConfig) -> None:
         self.backend = backend
         self.config = config
-        self.router = Router(config.model_names, config.defaults, config.budget)
+        self.router = Router(config.model_names, config.defaults, config.budget, config.tool_vote)
         self.stats = Stats()
 
     @contextmanager
@@ -77,6 +81,17 @@ class Service:
             yield
         finally:
             stats.runs_running -= plan.choices
+
+    def check_tools(self, plan: Plan) -> None:
+        """400 when the request has tools and the backend cannot take them."""
+        if plan.tools is not None and not self.backend.capabilities.tools:
+            raise APIError(
+                400,
+                f"the {self.backend.name} backend does not take tools (function calling); serve an "
+                "OpenAI-compatible server that does (--backend openai:URL)",
+                param="tools",
+                code="unsupported_parameter",
+            )
 
     async def check_prompt(self, plan: Plan) -> None:
         """400 when the prompt has more tokens than the server takes."""
@@ -120,9 +135,11 @@ class Service:
     ) -> StrategyResult:
         """One run of the plan's strategy; the counters follow its samples."""
         started: set[int] = set()
+        ended = _EndedTokens()
 
         def sink(event: Any) -> None:
             self._count(event, started)
+            ended.add(event)
             if on_event is not None:
                 on_event(index, event)
 
@@ -132,6 +149,14 @@ class Service:
             result = await orchestrator.run(plan.strategy(text_sink), plan.problem)
         except ParagenError as exc:  # a strategy refusing its config only once it runs
             raise from_paragen(exc, param="paragen.config") from None
+        except APIError:
+            raise
+        except Exception as exc:  # a bug in the strategy: this request's 500, the server goes on
+            log.exception("run %s (%s) failed", plan.id, plan.strategy_name or "pass-through")
+            raise strategy_failed(plan.strategy_name, exc) from None
+        except anyio.get_cancelled_exc_class():  # the client went away: the run counts, with its tokens
+            self._cancelled(ended)
+            raise
         finally:
             self.stats.samples_running -= len(started)  # any the backend never reported ended
         self._served(result)
@@ -145,11 +170,33 @@ class Service:
             started.discard(event.trace.id)
             self.stats.samples_running -= 1
 
+    def _cancelled(self, ended: _EndedTokens) -> None:
+        stats = self.stats
+        stats.runs_total += 1
+        stats.runs_cancelled_total += 1
+        stats.prompt_tokens_total += ended.prompt
+        stats.completion_tokens_total += ended.completion
+
     def _served(self, result: StrategyResult) -> None:
         stats = self.stats
         stats.runs_total += 1
         stats.prompt_tokens_total += result.usage.prompt_tokens
         stats.completion_tokens_total += generated_tokens(result)
+
+
+class _EndedTokens:
+    """Tokens of a run's ended samples, read from its events (a cancelled run leaves no result)."""
+
+    __slots__ = ("completion", "prompt")
+
+    def __init__(self) -> None:
+        self.prompt = 0
+        self.completion = 0
+
+    def add(self, event: Any) -> None:
+        if isinstance(event, SampleEnded) and event.trace.kind != "tool":
+            self.prompt += event.trace.prompt_tokens
+            self.completion += event.trace.completion_tokens
 
 
 def generated_tokens(result: StrategyResult) -> int:

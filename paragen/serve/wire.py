@@ -2,7 +2,7 @@
 
 Unknown fields are refused (OpenAI does the same: "Unrecognized request argument"), so
 a misspelt parameter is a 400, not a silently ignored setting. Fields of the API that
-paragen does not use are accepted only at their neutral value (no penalties, no tools).
+paragen does not use are accepted only at their neutral value (no penalties, no logprobs).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from paragen.config import Budget
-from paragen.types import Model
+from paragen.types import Model, ToolOptions
 
 
 class ParagenOptions(Model):
@@ -22,6 +22,7 @@ class ParagenOptions(Model):
     n: int | None = Field(default=None, ge=1)
     config: dict[str, Any] = Field(default_factory=dict)
     budget: Budget = Field(default_factory=Budget)
+    tool_vote: Literal["name", "arguments", "hierarchical"] | None = None  # default: the server's
     include_result: bool = False  # the whole StrategyResult (every trace) in the answer
     events: bool = True  # stream the run's live events (as SSE comments) before the answer
 
@@ -100,19 +101,28 @@ class ChatRequest(_Common):
 
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, gt=0)
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
 
-    @field_validator("tools")
-    @classmethod
-    def _no_tools(cls, value: list[Any] | None) -> list[Any] | None:
-        if value:
-            raise ValueError("tools are not supported by paragen serve")
-        return value
+    @model_validator(mode="after")
+    def _choice_needs_tools(self) -> ChatRequest:
+        if not self.tools and self.tool_choice not in (None, "none"):
+            raise ValueError("tool_choice needs tools")
+        return self
+
+    def tool_options(self) -> ToolOptions | None:
+        """The function calling to forward (None without tools)."""
+        if not self.tools:
+            return None
+        return ToolOptions(
+            tools=tuple(self.tools),
+            tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls,
+        )
 
     @field_validator("response_format")
     @classmethod

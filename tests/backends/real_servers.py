@@ -168,8 +168,11 @@ def start_vllm(log: Path, *, timeout: float = 900.0) -> Server:
     return server
 
 
-def start_llama(log: Path, *, port: int | None = None, python: str | None = None) -> Server:
-    """llama-cpp-python's OpenAI server of the SmolLM2 GGUF (from the main venv)."""
+def start_llama(
+    log: Path, *, port: int | None = None, python: str | None = None, chat_format: str | None = None
+) -> Server:
+    """llama-cpp-python's OpenAI server of the SmolLM2 GGUF (from the main venv); ``chat_format``
+    e.g. "chatml-function-calling", its function-calling template (tool calls by grammar)."""
     import importlib.metadata
     import importlib.util
     import sys
@@ -182,6 +185,8 @@ def start_llama(log: Path, *, port: int | None = None, python: str | None = None
     command = [python or sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
     command += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
     command += ["--interrupt_requests", "False", "--n_threads", "1"]
+    if chat_format is not None:
+        command += ["--chat_format", chat_format]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     server = Server(f"http://127.0.0.1:{port}/v1", _spawn(command, log, env), log, command, env)
     server.wait_ready(120.0)

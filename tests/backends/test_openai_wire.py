@@ -8,7 +8,8 @@ import pytest
 
 from paragen.backends.openai_wire import ChunkParser, WireOptions, build_body, error_message
 from paragen.errors import BackendHTTPError, BackendProtocolError
-from paragen.types import ChatMessage, GenerateRequest, SamplingParams, Usage
+from paragen.tool_calls import canonical_arguments, merge
+from paragen.types import ChatMessage, GenerateRequest, SamplingParams, ToolOptions, Usage
 
 
 def test_completions_body_maps_every_sampling_param() -> None:
@@ -184,3 +185,37 @@ def test_error_inside_the_stream() -> None:
 )
 def test_error_message_shapes(body: bytes, message: str) -> None:
     assert error_message(body) == message
+
+
+def test_chat_body_forwards_tools_as_written() -> None:
+    tools = ToolOptions(tools=({"type": "function", "function": {"name": "f"}},), tool_choice="required")
+    request = GenerateRequest(messages=(ChatMessage(role="user", content="hi"),), tools=tools)
+    body = build_body(request, WireOptions(model="m", endpoint="chat"))
+    assert body["tools"] == [{"type": "function", "function": {"name": "f"}}]
+    assert body["tool_choice"] == "required" and "parallel_tool_calls" not in body
+
+
+def test_parser_reads_tool_call_pieces_and_merge_joins_them() -> None:
+    """llama-cpp-python repeats the id and name on every piece; OpenAI sends them once."""
+    parser = ChunkParser("chat", Usage())
+    deltas = []
+    for arguments in ('{"city"', ': "Paris"}'):
+        piece = {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "w", "arguments": arguments},
+        }
+        deltas += parser.parse(
+            json.dumps({"choices": [{"index": 0, "delta": {"content": None, "tool_calls": [piece]}}]})
+        )
+    deltas += parser.parse(
+        json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    )
+    assert deltas[-1].finish_reason == "tool_calls" and parser.usage.completion_tokens == 2
+    pieces = [p for d in deltas for p in d.tool_calls or ()]
+    assert merge(pieces) == [
+        {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": '{"city": "Paris"}'}}
+    ]
+    assert canonical_arguments('{ "b": 1, "a": [1, 2] }') == '{"a":[1,2],"b":1}'
+    assert canonical_arguments(" not json ") == "not json"

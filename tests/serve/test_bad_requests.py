@@ -84,7 +84,15 @@ CASES: list[tuple[str, str, Any, int, str]] = [
     ("max_tokens zero", CHAT, chat(max_tokens=0), 400, "max_tokens"),
     ("empty stop string", CHAT, chat(stop=[""]), 400, "stop strings must be non-empty"),
     ("logprobs", CHAT, chat(logprobs=True), 400, "logprobs are not supported"),
-    ("tools", CHAT, chat(tools=[{"type": "function"}]), 400, "tools are not supported"),
+    (
+        "tools with ffs",
+        CHAT,
+        chat(model="ffs-2/scripted", tools=[{"type": "function"}]),
+        400,
+        "not with strategy 'ffs'",
+    ),
+    ("tool_choice without tools", CHAT, chat(tool_choice="required"), 400, "tool_choice needs tools"),
+    ("tools not objects", CHAT, chat(tools=["f"]), 400, "tools.0"),
     (
         "prompt too long",
         CHAT,

@@ -61,6 +61,9 @@ def test_disconnect_mid_stream_stops_every_sample(serve: Serve) -> None:
         wait_for(lambda: health(url)["runs_running"] == 0 and health(url)["samples_running"] == 0)
         time.sleep(0.2)
         assert [s.tokens_sent for s in backend.streams] == sent  # nothing more was generated
+        served = health(url)  # the cancelled run is counted, with what it generated
+        assert served["runs_total"] == served["runs_cancelled_total"] == 1
+        assert served["completion_tokens_total"] >= sum(sent) > 0
     assert max(sent) < 1000  # stopped long before the 5000 tokens each would have run to
 
 
@@ -73,6 +76,7 @@ def test_disconnect_while_waiting_for_a_whole_answer(serve: Serve) -> None:
             )
         wait_for(lambda: len(backend.streams) == 3 and all(s.closed is not None for s in backend.streams))
         wait_for(lambda: health(url)["runs_running"] == 0)
+        wait_for(lambda: health(url)["runs_cancelled_total"] == 1)
 
 
 @pytest.fixture

@@ -40,6 +40,41 @@ def test_model_names(model: str, strategy: str | None, samples: int) -> None:
     assert plan.strategy_name == strategy and plan.samples == samples and plan.model == model
 
 
+@pytest.mark.parametrize(
+    ("model", "field", "samples"),
+    [
+        ("hogwild-2/smollm2", "workers", 2),
+        ("hogwild_text-3/smollm2", "workers", 3),
+        ("majority-4/smollm2", "n", 4),
+    ],
+)
+def test_n_in_the_name_sets_the_count_field(model: str, field: str, samples: int) -> None:
+    """N sets each strategy's own count field, as the CLI's -n does (Hogwild!'s workers)."""
+    plan = plan_of(model=model)
+    assert plan.config == {field: samples} and plan.samples == samples
+    assert plan_of(model="smollm2", paragen={"strategy": "hogwild", "n": 3}).config == {"workers": 3}
+
+
+def test_n_for_a_strategy_without_one_is_one_clear_400() -> None:
+    with pytest.raises(APIError, match="'pdr' has no n") as caught:
+        plan_of(model="pdr-4/smollm2")
+    assert caught.value.status == 400 and caught.value.code == "invalid_n"
+
+
+@pytest.mark.parametrize(
+    ("model", "config", "samples"),
+    [
+        ("hogwild-4/smollm2", {}, 4),
+        ("pdr/smollm2", {}, 4),  # its widest round: parallelism (4, 2, 1)
+        ("pdr/smollm2", {"parallelism": [3, 1], "draft_strategy": "majority", "draft_options": {"n": 5}}, 15),
+        ("adaptive_consistency-16/smollm2", {"batch": 2}, 2),  # one batch at a time
+    ],
+)
+def test_samples_count_what_runs_at_once(model: str, config: dict[str, object], samples: int) -> None:
+    """--max-samples counts what a strategy really runs in parallel, composites included."""
+    assert plan_of(model=model, paragen={"config": config}).samples == samples
+
+
 def test_paragen_field_and_name_must_agree() -> None:
     assert plan_of(model="smollm2", paragen={"strategy": "ffs", "n": 2}).samples == 2
     assert plan_of(model="ffs-4/smollm2", paragen={"n": 4, "config": {"n": 4}}).samples == 4

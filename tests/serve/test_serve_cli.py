@@ -63,7 +63,8 @@ SERVE = [sys.executable, "-m", "paragen.cli", "serve", "-b", "scripted", "--port
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    url, process = start([*SERVE, "--api-key-env", "PG_SERVE_KEY"], {"PG_SERVE_KEY": KEY})
+    # A key read from a file or a secret store often ends in a newline: it is stripped.
+    url, process = start([*SERVE, "--api-key-env", "PG_SERVE_KEY"], {"PG_SERVE_KEY": f" {KEY}\n"})
     yield url, process
     if process.poll() is None:
         process.kill()
@@ -135,6 +136,11 @@ def _taken_port() -> tuple[str, object]:
     [
         (["-b", "nosuch"], {}, "unknown backend 'nosuch'"),
         (["-b", "scripted", "--api-key-env", "PG_NOT_SET"], {}, "PG_NOT_SET, which is not set"),
+        (
+            ["-b", "scripted", "--api-key-env", "PG_BLANK"],
+            {"PG_BLANK": " \n"},
+            "PG_BLANK, which is not set or empty",
+        ),
         (["-b", "scripted", "--max-runs", "0"], {}, "bad value for --max-runs"),
         (["-b", "scripted", "--temperature", "-2"], {}, "bad value for --temperature"),
         (["-b", "scripted", "--port", "nope"], {}, "'--port'"),
@@ -142,6 +148,7 @@ def _taken_port() -> tuple[str, object]:
         (["-b", "scripted", "--port", "99999"], {}, "bad port 99999: it must be 0-65535"),
         (["-b", "scripted", "--port", "-1"], {}, "bad port -1"),
         (["-b", "scripted", "--log-level", "nope"], {}, "bad --log-level 'nope'"),
+        (["-b", "scripted", "--tool-vote", "nope"], {}, "bad value for --tool-vote"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args: list[str], env: dict[str, str], message: str) -> None:
