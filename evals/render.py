@@ -190,10 +190,13 @@ def render(report: dict[str, Any], fmt: str, table: str = "summary") -> str:
         writer.writerow(header)
         writer.writerows(body)
         return buffer.getvalue()
-    parts = []
-    for title, (header, body) in _sections(report):
-        if body:
-            lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in body]
-            parts.append(f"### {title}\n\n" + "\n".join(lines))
+    parts = [
+        f"### {title}\n\n" + md_table(header, body) for title, (header, body) in _sections(report) if body
+    ]
     return "\n\n".join(parts) + "\n"
+
+
+def md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in body]
+    return "\n".join(lines)
