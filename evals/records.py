@@ -6,9 +6,11 @@ next open (the file is truncated back to its last full line). Any other line tha
 a valid :class:`EvalRecord` stops the reader with one line naming it: a report is never
 computed over a file that was silently skipped in part.
 
-A record's key holds what decides its result besides the problem: the strategy, its n
-and a ``settings_id``, a hash of the data, grading mode, backend, sampling, budget and the
-strategy's config. ``--resume`` skips every key already recorded with a result, and
+A record's key holds what decides its result besides the problem: the strategy, its n,
+a ``settings_id`` (a hash of the data, grading mode, backend, sampling, budget and the
+strategy's config) and the sampling seed. A sweep over several seeds (``--seeds``) hashes
+its sampling without a seed, so its seeds share a settings id and differ in the key.
+``--resume`` skips every key already recorded with a result, and
 retries records whose outcome is ``error`` (the backend failed; that is not a result of
 the model) or ``failed`` (the run raised: a bug, kept in the record's ``failure`` with its
 type, message and traceback), so the last record of a key is the one that counts.
@@ -45,8 +47,8 @@ RUN_FILE = "run.json"
 SCHEMA = 2
 """Version of the record and run.json layout (1: untyped records without settings or data source)."""
 
-Key = tuple[str, str, str, int, str]
-"""(task, problem id, strategy, n, settings id): what a record is unique by."""
+Key = tuple[str, str, str, int, str, int]
+"""(task, problem id, strategy, n, settings id, sampling seed or -1): what a record is unique by."""
 
 RETRIED_OUTCOMES = frozenset({"error", "failed"})
 """Outcomes that are not results (the backend failed, or the run raised), so resume runs them again."""
@@ -124,6 +126,7 @@ class RunInfo(_Strict):
     seed: int
     max_concurrent: int
     versions: dict[str, str]
+    seeds: list[int] = Field(default_factory=list)  # --seeds: the sweep ran once per sampling seed
     earlier: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -150,7 +153,8 @@ class EvalRecord(_Strict):
 
     @property
     def key(self) -> Key:
-        return (self.task, self.problem.id, self.strategy, self.n, self.settings_id)
+        seed = -1 if self.sampling.seed is None else self.sampling.seed
+        return (self.task, self.problem.id, self.strategy, self.n, self.settings_id, seed)
 
     def to_line(self) -> str:
         # Without a failure the line is what it was before ``failure`` existed: older readers read it.
@@ -311,6 +315,7 @@ def prepare_run(run_dir: Path, fresh: RunInfo, *, resume: bool, new_run: bool) -
             "problems": old.problems + [p for p in fresh.problems if p not in known],
             "strategies": old.strategies + [s for s in fresh.strategies if (s.name, s.n) not in combos],
             "resumed_at": [*old.resumed_at, time.time()],
+            "seeds": old.seeds + [s for s in fresh.seeds if s not in old.seeds],
         }
         return old.model_copy(update=update)
     if not new_run:

@@ -7,21 +7,21 @@ recorded samples.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from evals import bank as sample_bank
+from evals import budgets, stats
+from evals.bank import Verdicts
+from evals.compare import common_problems, comparison_rows, restrict, seed_of, settings_of
 from evals.grading import Grader
-from evals.metrics import Point, ProblemStats, matched_cost, summarize
+from evals.metrics import CI_SEED, Point, ProblemStats, matched_cost, summarize
 from evals.records import EvalRecord, GradeRecord, RunInfo, load_records, records_path, run_infos
+from evals.render import print_report, render, table_cells
 from paragen.errors import ConfigError
+
+__all__ = ["build_report", "print_report", "render", "table_cells"]
 
 GroupKey = tuple[str, str, int, str]
 """(task, strategy, n, settings id): one row of the report."""
@@ -58,29 +58,88 @@ def group_records(records: Sequence[EvalRecord]) -> dict[GroupKey, list[EvalReco
     return groups
 
 
-def summary_rows(records: Sequence[EvalRecord]) -> list[dict[str, Any]]:
-    """One row per (task, strategy, n, settings): accuracy with CI, latency, tokens, outcome counts."""
+def summary_rows(records: Sequence[EvalRecord], folder: str = "") -> list[dict[str, Any]]:
+    """One row per (task, strategy, n, settings): accuracy with CI, latency, tokens, outcome counts.
+
+    A setting run under several seeds pools them (its CI resamples problems with all their
+    seeds) and adds the accuracy's mean, std, min and max across seeds.
+    """
     rows = []
     for (task, strategy, n, sid), group in group_records(records).items():
-        summary = summarize([problem_stats(r) for r in group])
-        ids = {"settings_id": sid, "run_id": group[0].run_id}
-        rows.append({"task": task, "strategy": strategy, "n": n, **ids, "label": "live", **summary.as_dict()})
+        summary = summarize([problem_stats(r) for r in group]).as_dict()
+        ids = {"settings_id": sid, "run_id": group[0].run_id, "folder": folder}
+        rows.append({"task": task, "strategy": strategy, "n": n, **ids, "label": "live", **summary,
+                     **seed_columns(group)})  # fmt: skip
     return rows
 
 
-def offline_rows(records: Sequence[EvalRecord], grader: Grader) -> list[dict[str, Any]]:
-    """Sample-bank estimates for every group of a strategy with n >= 2 whose samples hold answers."""
+def seed_columns(group: Sequence[EvalRecord]) -> dict[str, Any]:
+    """Seeds of a setting, and (with several) the spread of accuracy across them and a pooled CI."""
+    by_seed: dict[int, list[bool]] = {}
+    for r in group:
+        by_seed.setdefault(seed_of(r), []).append(r.grade.correct)
+    if len(by_seed) < 2:
+        return {"seeds": len(by_seed)}
+    spread = stats.spread([sum(v) / len(v) for v in by_seed.values()])
+    clusters: dict[str, list[tuple[float, float]]] = {}
+    for r in group:
+        clusters.setdefault(r.problem.id, []).append((float(r.grade.correct), 0.0))
+    pooled = stats.paired_bootstrap(list(clusters.values()), lambda a, _b, n: a / n, seed=CI_SEED)
+    return {"seeds": spread.count, "seed_acc_mean": spread.mean, "seed_acc_std": spread.std,
+            "seed_acc_min": spread.low, "seed_acc_max": spread.high,
+            "ci_low": pooled.low, "ci_high": pooled.high}  # fmt: skip
+
+
+def bank_of(records: Sequence[EvalRecord], grader: Grader) -> tuple[dict[GroupKey, list[Any]], Verdicts]:
+    """The sample bank of every group with n >= 2 whose samples hold answers, graded once."""
     banks = {}
     for key, group in group_records(records).items():
         items = [sample_bank.bank_from_record(r) for r in group]
         if key[2] >= 2 and max(len(b.answers) for b in items) >= 2:
             banks[key] = items
     pairs = [p for items in banks.values() for p in sample_bank.pairs_to_grade(items)]
-    verdicts = sample_bank.verdict_table(pairs, grader.compare_many(pairs))
+    return banks, sample_bank.verdict_table(pairs, grader.compare_many(pairs))
+
+
+def offline_rows(
+    banks: dict[GroupKey, list[Any]], verdicts: Verdicts, folder: str = ""
+) -> list[dict[str, Any]]:
+    """Sample-bank estimates, labelled with what the bank holds.
+
+    A strategy that cancels samples (FFS) leaves only its finishers in the bank, so its
+    maj@k votes over those and is labelled as such: it is not what a majority run would get.
+    """
     rows = []
     for (task, strategy, n, sid), items in banks.items():
-        for row in sample_bank.offline_rows(items, verdicts, source=f"{strategy} n={n}", n=n):
-            rows.append({"task": task, "settings_id": sid, **row})
+        full = budgets.usable_for_budgets(items, n)
+        label = sample_bank.OFFLINE if full else partial_bank_label(strategy)
+        source = f"{strategy} n={n}" + (f" @{folder}" if folder else "")
+        for row in sample_bank.offline_rows(items, verdicts, source=source, n=n):
+            rows.append({"task": task, "settings_id": sid, "folder": folder, **row, "label": label})
+    return rows
+
+
+def partial_bank_label(strategy: str) -> str:
+    return f"offline maj@k from {strategy}'s sample bank (only the samples it let finish)"
+
+
+def budget_rows(
+    banks: dict[GroupKey, list[Any]],
+    verdicts: Verdicts,
+    live: Sequence[dict[str, Any]],
+    within: dict[str, list[float]],
+) -> list[dict[str, Any]]:
+    """Best accuracy per method within each budget (see evals.budgets for how each is estimated)."""
+    points = []
+    folder = live[0]["folder"] if live else ""
+    for (task, strategy, n, _sid), items in banks.items():
+        if budgets.usable_for_budgets(items, n):
+            source = f"{strategy} n={n}" + (f" @{folder}" if folder else "")
+            points += budgets.bank_curve(task, source, items, n, verdicts)
+    rows = []
+    for axis, live_key in (("total_tokens", "total_tokens"), ("latency_s", "latency_mean")):
+        levels = within.get(axis) or budgets.default_budgets([float(r[live_key]) for r in live])
+        rows += budgets.within(points, live, axis, levels)
     return rows
 
 
@@ -93,159 +152,98 @@ def matched_rows(rows: Sequence[dict[str, Any]], axis: str) -> list[dict[str, An
     return matched_cost(points)
 
 
-def build_report(run_dir: Path, *, do_regrade: bool = False, workers: int = 2) -> dict[str, Any]:
-    """Everything a report shows, as plain data; one ConfigError line when the records cannot be used."""
-    found = load_records(run_dir)
-    if not found.records:
-        raise ConfigError(
-            f"{records_path(run_dir)} holds no complete record", hint="the run recorded nothing yet"
-        )
-    latest = found.latest()
-    # A failed run has no answer, tokens or latency to average: it is left out of every row.
-    records = [r for r in latest if r.grade.outcome != "failed"]
-    notes = [f"{records_path(run_dir)}: the last line is incomplete (a killed run) and was left out"]
-    notes = notes if found.torn_tail else []
-    if len(records) < len(latest):
-        notes.append(
-            f"{len(latest) - len(records)} of {len(latest)} problems failed (the run raised; each record "
-            "keeps its traceback under `failure`) and are left out of the tables; --resume runs them again"
-        )
+def build_report(
+    runs: Path | Sequence[Path],
+    *,
+    do_regrade: bool = False,
+    workers: int = 2,
+    baseline: str | None = None,
+    all_pairs: bool = False,
+    within: dict[str, list[float]] | None = None,
+) -> dict[str, Any]:
+    """Everything a report shows, as plain data; one ConfigError line when the records cannot be used.
+
+    Several run folders are joined by problem: each is restricted to the problems all share.
+    """
+    dirs = [runs] if isinstance(runs, Path) else list(runs)
+    names = folder_names(dirs)
+    loaded = [_load(d) for d in dirs]
+    notes = [f"{records_path(d)}: the last line is incomplete (a killed run) and was left out"
+             for d, (_, torn) in zip(dirs, loaded, strict=True) if torn]  # fmt: skip
+    named = [
+        (name, _results_only(records, name, notes)) for name, (records, _) in zip(names, loaded, strict=True)
+    ]
+    if len(named) > 1:
+        common, restricted = common_problems(named)
+        named = [(name, restrict(records, common)) for name, records in named]
+        notes += restricted
     with Grader(workers=workers) as grader:
         if do_regrade:
-            records = regrade(records, grader)
-        rows = summary_rows(records)
-        offline = offline_rows(records, grader)
+            named = [(name, regrade(records, grader)) for name, records in named]
+        folders = [name if len(named) > 1 else "" for name, _ in named]
+        per_run = [_run_sections(records, folder, grader, within or {})
+                   for (_, records), folder in zip(named, folders, strict=True)]  # fmt: skip
+    paired, base_notes = comparison_rows(settings_of(named), baseline=baseline, all_pairs=all_pairs)
+    rows = [row for part in per_run for row in part["summary"]]
     return {
-        "run": str(run_dir),
+        "run": str(dirs[0]) if len(dirs) == 1 else [str(d) for d in dirs],
         "regraded": do_regrade,
-        "runs": [_run_entry(info) for info in run_infos(run_dir)],
-        "notes": notes,
+        "runs": [
+            _run_entry(info, name) for name, d in zip(names, dirs, strict=True) for info in run_infos(d)
+        ],
+        "notes": notes + base_notes,
         "summary": rows,
-        "offline": offline,
+        "paired": paired,
+        "offline": [row for part in per_run for row in part["offline"]],
+        "within_budget": [row for part in per_run for row in part["within_budget"]],
         "matched_total_tokens": matched_rows(rows, "total_tokens"),
         "matched_sequential_tokens": matched_rows(rows, "sequential_tokens"),
     }
 
 
-def _run_entry(info: RunInfo) -> dict[str, Any]:
-    return {"run_id": info.run_id, "task": info.settings.task, "backend": info.settings.backend,
-            "data": info.data.model_dump(mode="json"), "source": info.data.describe()}  # fmt: skip
+def _run_sections(
+    records: Sequence[EvalRecord], folder: str, grader: Grader, within: dict[str, list[float]]
+) -> dict[str, list[dict[str, Any]]]:
+    """One run's live rows, sample-bank rows and budget table."""
+    rows = summary_rows(records, folder)
+    banks, verdicts = bank_of(records, grader)
+    return {
+        "summary": rows,
+        "offline": offline_rows(banks, verdicts, folder),
+        "within_budget": budget_rows(banks, verdicts, rows, within),
+    }
 
 
-_COLUMNS = (
-    ("task", "task", "{}"),
-    ("strategy", "strategy", "{}"),
-    ("n", "n", "{}"),
-    ("problems", "num_problems", "{}"),
-    ("acc", "accuracy", "{:.1%}"),
-    ("95% CI", None, ""),
-    ("lat mean s", "latency_mean", "{:.2f}"),
-    ("lat p50 s", "latency_median", "{:.2f}"),
-    ("lat p95 s", "latency_p95", "{:.2f}"),
-    ("total tok", "total_tokens", "{:.0f}"),
-    ("seq tok", "sequential_tokens", "{:.0f}"),
-    ("wasted tok", "wasted_tokens", "{:.0f}"),
-    ("prompt tok", "prompt_tokens", "{:.0f}"),
-    ("cached", "cached_prompt_tokens", "{:.0f}"),
-    ("tok/correct", "total_tokens_per_correct", "{:.0f}"),
-    ("outcomes", "outcomes", "{}"),
-    ("run", "run_id", "{}"),
-)
+def folder_names(dirs: Sequence[Path]) -> list[str]:
+    """A short label per run folder: its name, with its position when two share a name."""
+    names = [d.name or str(d) for d in dirs]
+    return [f"{n}#{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
-def _ci(row: dict[str, Any]) -> str:
-    return f"{row['ci_low']:.1%}-{row['ci_high']:.1%}"
+def _results_only(records: list[EvalRecord], name: str, notes: list[str]) -> list[EvalRecord]:
+    """The records with a result: a failed run (it raised) has no answer, tokens or latency to average."""
+    kept = [r for r in records if r.grade.outcome != "failed"]
+    if len(kept) < len(records):
+        where = f"{name}: " if name else ""
+        notes.append(
+            f"{where}{len(records) - len(kept)} of {len(records)} problems failed (the run raised; "
+            "each record keeps its traceback under `failure`) and are left out of the tables; "
+            "--resume runs them again"
+        )
+    return kept
 
 
-def _cell(row: dict[str, Any], key: str | None, fmt: str) -> str:
-    if key is None:
-        return _ci(row)
-    value = row.get(key)
-    if value is None:
-        return "-"
-    if isinstance(value, dict):
-        return " ".join(f"{k}={v}" for k, v in value.items())
-    return fmt.format(value)
+def _load(run_dir: Path) -> tuple[list[EvalRecord], bool]:
+    found = load_records(run_dir)
+    if not found.records:
+        raise ConfigError(
+            f"{records_path(run_dir)} holds no complete record", hint="the run recorded nothing yet"
+        )
+    return found.latest(), found.torn_tail
 
 
-def table_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    header = [name for name, _, _ in _COLUMNS]
-    return header, [[_cell(r, key, fmt) for _, key, fmt in _COLUMNS] for r in rows]
-
-
-def _offline_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    header = ["task", "from", "method", "acc", "95% CI", "problems", "label"]
-    body = [
-        [
-            r["task"],
-            r["source"],
-            r["method"],
-            f"{r['accuracy']:.1%}",
-            _ci(r),
-            str(r["num_problems"]),
-            r["label"],
-        ]
-        for r in rows
-    ]
-    return header, body
-
-
-def _matched_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    names = [k for k in rows[0] if k != "budget"] if rows else []
-    body = [[f"{r['budget']:.0f}"] + ["-" if r[k] is None else f"{r[k]:.1%}" for k in names] for r in rows]
-    return ["budget (tokens)", *names], body
-
-
-def _run_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["run", "task", "backend", "data source", "sha256", "note"]
-    body = [
-        [r["run_id"], r["task"], r["backend"], r["source"].rsplit(", sha256", 1)[0],
-         r["data"]["file_sha256"] or r["data"]["rows_sha256"], r["data"]["note"] or "-"]
-        for r in report["runs"]
-    ]  # fmt: skip
-    return header, body
-
-
-def _sections(report: dict[str, Any]) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
-    return [
-        ("Runs and their data", _run_cells(report)),
-        ("Live runs" + (" (regraded)" if report["regraded"] else ""), table_cells(report["summary"])),
-        ("Sample bank: offline estimates (not live runs)", _offline_cells(report["offline"])),
-        ("Best accuracy at matched total tokens", _matched_cells(report["matched_total_tokens"])),
-        ("Best accuracy at matched sequential tokens", _matched_cells(report["matched_sequential_tokens"])),
-    ]
-
-
-def print_report(report: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
-    if not console.is_terminal and console.width < 150:
-        console.width = 200  # a pipe or a log file: wide rows beat folded cells
-    for title, (header, body) in _sections(report):
-        if not body:
-            continue
-        table = Table(title=title, title_justify="left")
-        for name in header:
-            table.add_column(name, overflow="fold")
-        for line in body:
-            table.add_row(*line)
-        console.print(table)
-
-
-def render(report: dict[str, Any], fmt: str) -> str:
-    """The report as json, csv (the live summary) or md (every section as a Markdown table)."""
-    if fmt == "json":
-        return json.dumps(report, indent=2)
-    if fmt == "csv":
-        buffer = io.StringIO()
-        header, body = table_cells(report["summary"])
-        writer = csv.writer(buffer)
-        writer.writerow(header)
-        writer.writerows(body)
-        return buffer.getvalue()
-    parts = []
-    for title, (header, body) in _sections(report):
-        if body:
-            lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in body]
-            parts.append(f"### {title}\n\n" + "\n".join(lines))
-    return "\n\n".join(parts) + "\n"
+def _run_entry(info: RunInfo, folder: str) -> dict[str, Any]:
+    seeds: list[int | None] = [*info.seeds] or [info.settings.sampling.seed]
+    return {"folder": folder, "run_id": info.run_id, "seeds": seeds, "task": info.settings.task,
+            "backend": info.settings.backend, "data": info.data.model_dump(mode="json"),
+            "source": info.data.describe()}  # fmt: skip

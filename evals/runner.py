@@ -128,6 +128,7 @@ class EvalSpec:
     budget: Budget = field(default_factory=Budget)  # per problem; a deadline records "deadline", never hangs
     seed: int = 0
     fail_fast: bool = False  # stop the sweep at the first problem whose run raised (once recorded)
+    seeds: list[int] = field(default_factory=list)  # several sampling seeds: the sweep runs once per seed
     progress: bool = True
     grader_workers: int = 2
 
@@ -167,9 +168,14 @@ def run_settings(spec: EvalSpec) -> RunSettings:
         grading_mode=spec.task.grading,
         backend=spec.backend_spec,
         backend_options=options,
-        sampling=spec.sampling,
+        sampling=spec.sampling.model_copy(update={"seed": None}) if len(spec.seeds) > 1 else spec.sampling,
         budget=spec.budget,
     )
+
+
+def seed_samplings(spec: EvalSpec) -> list[SamplingParams]:
+    """The sampling of each pass of the sweep: one per seed of ``--seeds``, else ``spec.sampling``."""
+    return [spec.sampling.model_copy(update={"seed": s}) for s in spec.seeds] or [spec.sampling]
 
 
 def fresh_run_info(spec: EvalSpec) -> RunInfo:
@@ -186,6 +192,7 @@ def fresh_run_info(spec: EvalSpec) -> RunInfo:
         seed=spec.seed,
         max_concurrent=spec.max_concurrent,
         versions=versions(),
+        seeds=spec.seeds if len(spec.seeds) > 1 else [],
     )
 
 
@@ -209,18 +216,35 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     grader = Grader(workers=spec.grader_workers, equivalence=spec.task.equivalence)
     try:
         with _progress(spec.progress) as progress:
-            for combo in spec.combos:
-                failed = await _run_combo(spec, combo, orch, grader, writer, run_info, progress)
-                if failed and spec.fail_fast:
+            for sampling in seed_samplings(spec):
+                orch.defaults = sampling
+                if await _run_combos(spec, orch, grader, writer, run_info, progress) and spec.fail_fast:
                     break
     finally:
         await anyio.to_thread.run_sync(grader.close)
     return ordered_records(spec, run_info, load_records(spec.out).latest())
 
 
-def combo_key(spec: EvalSpec, run_info: RunInfo, combo: Combo, problem: Problem) -> Key:
+async def _run_combos(
+    spec: EvalSpec,
+    orch: Orchestrator,
+    grader: Grader,
+    writer: RecordWriter,
+    run_info: RunInfo,
+    progress: Progress,
+) -> bool:
+    """Every configuration at the orchestrator's current seed; True when a problem's run raised."""
+    failed = False
+    for combo in spec.combos:
+        failed = await _run_combo(spec, combo, orch, grader, writer, run_info, progress) or failed
+        if failed and spec.fail_fast:
+            break
+    return failed
+
+
+def combo_key(spec: EvalSpec, run_info: RunInfo, combo: Combo, problem: Problem, seed: int | None) -> Key:
     sid = settings_id(run_info.settings, combo.strategy.config.model_dump(mode="json"))
-    return (spec.task.name, problem.id, combo.name, combo.n, sid)
+    return (spec.task.name, problem.id, combo.name, combo.n, sid, -1 if seed is None else seed)
 
 
 async def _run_combo(
@@ -233,7 +257,8 @@ async def _run_combo(
     progress: Progress,
 ) -> bool:
     """Run one configuration; True when a problem's run raised (with fail_fast: the first ends it)."""
-    todo = [p for p in spec.problems if combo_key(spec, run_info, combo, p) not in writer.done]
+    seed = orch.defaults.seed
+    todo = [p for p in spec.problems if combo_key(spec, run_info, combo, p, seed) not in writer.done]
     tally = _Tally()
     bar = progress.add_task(
         tally.text(combo), total=len(spec.problems), completed=len(spec.problems) - len(todo)
@@ -244,14 +269,14 @@ async def _run_combo(
             problem = todo[index]
             if isinstance(outcome, Exception):
                 failed = True
-                record = failure_record(spec, combo, problem, outcome, run_info)
+                record = failure_record(spec, combo, problem, outcome, run_info, orch.defaults)
                 await anyio.to_thread.run_sync(writer.append, record)
                 progress.update(bar, advance=1)
                 if spec.fail_fast:
                     return True
                 continue
             grades = await anyio.to_thread.run_sync(grader.grade_many, [(outcome, problem.gold)])
-            record = make_record(spec, combo, problem, outcome, grades[0], run_info)
+            record = make_record(spec, combo, problem, outcome, grades[0], run_info, orch.defaults)
             await anyio.to_thread.run_sync(writer.append, record)
             tally.add(grades[0], outcome)
             progress.update(bar, advance=1, description=tally.text(combo))
@@ -265,6 +290,7 @@ def make_record(
     result: StrategyResult,
     grade: Grade,
     run_info: RunInfo,
+    sampling: SamplingParams | None = None,
 ) -> EvalRecord:
     """One JSONL record: the problem, the raw result (traces included), the grade and the run's settings."""
     config = combo.strategy.config.model_dump(mode="json")
@@ -280,7 +306,7 @@ def make_record(
         result=result,
         grade=GradeRecord.model_validate(grade.as_dict()),
         backend=spec.backend_spec,
-        sampling=spec.sampling,
+        sampling=sampling or spec.sampling,
         seed=spec.seed,
         versions=run_info.versions,
         recorded_at=time.time(),
@@ -288,7 +314,12 @@ def make_record(
 
 
 def failure_record(
-    spec: EvalSpec, combo: Combo, problem: Problem, exc: Exception, run_info: RunInfo
+    spec: EvalSpec,
+    combo: Combo,
+    problem: Problem,
+    exc: Exception,
+    run_info: RunInfo,
+    sampling: SamplingParams | None = None,
 ) -> EvalRecord:
     """The record of a problem whose run raised: no answer, outcome "failed", the exception kept."""
     line = f"{type(exc).__name__}: {exc}".replace("\n", " ")
@@ -301,7 +332,7 @@ def failure_record(
         message=str(exc),
         traceback="".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:],
     )
-    record = make_record(spec, combo, problem, result, grade, run_info)
+    record = make_record(spec, combo, problem, result, grade, run_info, sampling)
     return record.model_copy(update={"failure": failure})
 
 
@@ -309,11 +340,12 @@ def ordered_records(spec: EvalSpec, run_info: RunInfo, records: Sequence[EvalRec
     """Records of this sweep in input order: configuration by configuration, problem by problem."""
     by_key: dict[Key, EvalRecord] = {r.key: r for r in records}
     ordered = []
-    for combo in spec.combos:
-        for problem in spec.problems:
-            found = by_key.get(combo_key(spec, run_info, combo, problem))
-            if found is not None:
-                ordered.append(found)
+    for sampling in seed_samplings(spec):
+        for combo in spec.combos:
+            for problem in spec.problems:
+                found = by_key.get(combo_key(spec, run_info, combo, problem, sampling.seed))
+                if found is not None:
+                    ordered.append(found)
     return ordered
 
 

@@ -18,7 +18,7 @@ def test_append_then_reopen_knows_the_keys_with_results(tmp_path: Path) -> None:
     writer.append(eval_record("b", outcome="error"))
     again = RecordWriter.open(tmp_path)
     # a backend error is not a result: the key stays open, so resume runs it again
-    assert again.done == {("t", "a", "s", 1, "s0"), ("t", "a", "s", 4, "s0")}
+    assert again.done == {("t", "a", "s", 1, "s0", -1), ("t", "a", "s", 4, "s0", -1)}
 
 
 def test_the_last_record_of_a_key_counts(tmp_path: Path) -> None:
