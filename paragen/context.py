@@ -32,10 +32,11 @@ from paragen.accounting import summarize
 from paragen.backends.base import Backend, Capabilities
 from paragen.children import ChildTasks
 from paragen.config import Budget
+from paragen.errors import ConfigError
 from paragen.events import Note
 from paragen.fanout import Fanout, ToolSpan
 from paragen.ledger import Account, BudgetView, Clock, Ledger
-from paragen.live import Monitor
+from paragen.live import LiveSample, Monitor, continuation, stop_sample
 from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
 
 if TYPE_CHECKING:
@@ -174,6 +175,31 @@ class RunContext:
         from paragen.shared import emit_worker_text
 
         emit_worker_text(self._account, trace_id, worker, name, text)
+
+    async def probe(
+        self, live: LiveSample, text: str, *, max_tokens: int, label: str = "probe", **params: Any
+    ) -> Trace:
+        """Ask a running sample for its answer so far: its text, then ``text``, continued for at
+        most ``max_tokens`` (sampled as the sample was, unless ``params`` say otherwise). Call it
+        from an (async) monitor: the sample waits for the probe. The probe is a trace of its own
+        (kind "probe", the sample its parent), counted as ``probe_tokens``; the sample is unchanged.
+
+        The probe is a continuation of a prefilled reply (``capabilities.continue_final``): a server
+        with prefix caching (vLLM, SGLang) serves the sample's prefix from its cached blocks.
+        """
+        request = continuation(live, text, max_tokens=max_tokens, **params)
+        if request.continue_final and not self.capabilities.continue_final:
+            raise ConfigError(
+                "probing a chat sample needs a backend that continues a prefilled reply",
+                hint="use the engine, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)",
+            )
+        fan = Fanout(self._account, [request], label, [live.trace.id], None, None, "probe")
+        return await fan.one()
+
+    async def conclude(self, live: LiveSample, reason: str) -> None:
+        """Stop a running sample whose answer is already known (a probe settled it): its trace ends
+        with status "ok" and ``cancel_reason`` = ``reason``; its tokens are not wasted ones."""
+        await stop_sample(live, reason, "ok")
 
     async def cancel(self, reason: str) -> None:
         """Stop every sample of the run that is still running, recording ``reason``."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 from collections.abc import Callable, Coroutine
 from types import TracebackType
@@ -175,6 +176,7 @@ class Fanout:
         account, error, stream = self._account, None, None
         ledger = account.ledger
         assert live.scope is not None
+        live.request = request
         try:
             with live.scope:
                 async with account.backend.stream(request) as stream:
@@ -209,7 +211,7 @@ class Fanout:
             with scope:
                 async with account.backend.stream(request) as stream:
                     for live in lives:
-                        live.group = stream
+                        live.group, live.request = stream, request
                         live.on_stop = functools.partial(end_choice, live)
                         if live.stop_reason is not None:  # stopped before the stream opened
                             await stream.abort(live.index)
@@ -237,6 +239,8 @@ class Fanout:
     async def _after_delta(self, live: LiveSample) -> None:
         if self._monitor is not None and live.stop_reason is None:
             reason = self._monitor(live)
+            if inspect.isawaitable(reason):
+                reason = await reason
             if reason is not None:
                 await stop_sample(live, reason, "pruned")
                 return
