@@ -47,6 +47,7 @@ def problem_stats(record: EvalRecord) -> ProblemStats:
         prompt_tokens=usage.prompt_tokens,
         cached_prompt_tokens=usage.cached_prompt_tokens,
         outcome=record.grade.outcome,
+        probe_tokens=usage.probe_tokens,
     )
 
 
@@ -137,6 +138,7 @@ _COLUMNS = (
     ("total tok", "total_tokens", "{:.0f}"),
     ("seq tok", "sequential_tokens", "{:.0f}"),
     ("wasted tok", "wasted_tokens", "{:.0f}"),
+    ("probe tok", "probe_tokens", "{:.0f}"),
     ("prompt tok", "prompt_tokens", "{:.0f}"),
     ("cached", "cached_prompt_tokens", "{:.0f}"),
     ("tok/correct", "total_tokens_per_correct", "{:.0f}"),
