@@ -24,6 +24,7 @@ module needs nothing from ``strategy``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
@@ -184,10 +185,19 @@ class RunContext:
         from an (async) monitor: the sample waits for the probe. The probe is a trace of its own
         (kind "probe", the sample its parent), counted as ``probe_tokens``; the sample is unchanged.
 
-        The probe is a continuation of a prefilled reply (``capabilities.continue_final``): a server
-        with prefix caching (vLLM, SGLang) serves the sample's prefix from its cached blocks.
+        A backend that can fork a live sample (``capabilities.fork``: the engine) runs the probe
+        from the sample's KV cache: its blocks shared, only ``text`` prefilled, the fork freed after.
+        Elsewhere the probe is a continuation of a prefilled reply (``capabilities.continue_final``):
+        a server with prefix caching (vLLM, SGLang) serves the sample's prefix from its cache.
         """
         request = continuation(live, text, max_tokens=max_tokens, **params)
+        fork = getattr(self._backend, "fork", None)
+        if self.capabilities.fork and fork is not None and live.stream is not None:
+            opener = functools.partial(fork, live.stream, live.index, live.num_tokens, text)
+            probe = Fanout(
+                self._account, [request], label, [live.trace.id], None, None, "probe", opener=opener
+            )
+            return await probe.one()
         if request.continue_final and not self.capabilities.continue_final:
             raise ConfigError(
                 "probing a chat sample needs a backend that continues a prefilled reply",

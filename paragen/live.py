@@ -35,6 +35,7 @@ class LiveSample:
         "scope",
         "stop_reason",
         "stop_status",
+        "stream",
         "top_logprobs",
         "trace",
     )
@@ -52,6 +53,7 @@ class LiveSample:
         self.group: CompletionStream | None = None
         self.on_stop: Callable[[], None] | None = None  # closes the trace when its choice is aborted
         self.request: GenerateRequest | None = None  # what it was asked (set once it is driven)
+        self.stream: CompletionStream | None = None  # the stream it comes from (a fork's parent)
         self.stop_reason: str | None = None
         self.stop_status: TraceStatus = "cancelled"
 

@@ -49,6 +49,7 @@ class Capabilities(BaseModel):
     chat: bool = True  # accepts chat messages
     continue_final: bool = False  # can continue a prefilled assistant message
     tokenizer: bool = False  # count_tokens() is exact (else it estimates)
+    fork: bool = False  # fork(stream, index, num_tokens, suffix, request): a probe from a live KV cache
 
 
 @runtime_checkable
