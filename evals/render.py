@@ -28,6 +28,7 @@ _COLUMNS = (
     ("total tok", "total_tokens", "{:.0f}"),
     ("seq tok", "sequential_tokens", "{:.0f}"),
     ("wasted tok", "wasted_tokens", "{:.0f}"),
+    ("probe tok", "probe_tokens", "{:.0f}"),
     ("prompt tok", "prompt_tokens", "{:.0f}"),
     ("cached", "cached_prompt_tokens", "{:.0f}"),
     ("tok/correct", "total_tokens_per_correct", "{:.0f}"),

@@ -47,6 +47,7 @@ def problem_stats(record: EvalRecord) -> ProblemStats:
         prompt_tokens=usage.prompt_tokens,
         cached_prompt_tokens=usage.cached_prompt_tokens,
         outcome=record.grade.outcome,
+        probe_tokens=usage.probe_tokens,
     )
 
 

@@ -112,7 +112,8 @@ def show(result: StrategyResult, console: Console | None = None) -> None:
     ttft = "-" if u.ttft_s is None else f"{u.ttft_s:.3f}s"
     console.print(
         f"tokens: total {u.total_tokens}, sequential {u.sequential_tokens}, wasted {u.wasted_tokens}, "
-        f"prompt {u.prompt_tokens} (cached {u.cached_prompt_tokens}), judge {u.judge_tokens}; "
+        f"prompt {u.prompt_tokens} (cached {u.cached_prompt_tokens}), judge {u.judge_tokens}, "
+        f"probes {u.num_probes} ({u.probe_tokens} tokens); "
         f"latency {u.latency_s:.3f}s, ttft {ttft}; counted by {', '.join(u.count_sources) or '-'}"
     )
     if result.metrics:

@@ -24,6 +24,7 @@ module needs nothing from ``strategy``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,10 +33,11 @@ from paragen.accounting import summarize
 from paragen.backends.base import Backend, Capabilities
 from paragen.children import ChildTasks
 from paragen.config import Budget
+from paragen.errors import ConfigError
 from paragen.events import Note
 from paragen.fanout import Fanout, ToolSpan
 from paragen.ledger import Account, BudgetView, Clock, Ledger
-from paragen.live import Monitor
+from paragen.live import LiveSample, Monitor, continuation, stop_sample
 from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
 
 if TYPE_CHECKING:
@@ -174,6 +176,40 @@ class RunContext:
         from paragen.shared import emit_worker_text
 
         emit_worker_text(self._account, trace_id, worker, name, text)
+
+    async def probe(
+        self, live: LiveSample, text: str, *, max_tokens: int, label: str = "probe", **params: Any
+    ) -> Trace:
+        """Ask a running sample for its answer so far: its text, then ``text``, continued for at
+        most ``max_tokens`` (sampled as the sample was, unless ``params`` say otherwise). Call it
+        from an (async) monitor: the sample waits for the probe. The probe is a trace of its own
+        (kind "probe", the sample its parent), counted as ``probe_tokens``; the sample is unchanged.
+
+        A backend that can fork a live sample (``capabilities.fork``: the engine) runs the probe
+        from the sample's KV cache: its blocks shared, only ``text`` prefilled, the fork freed after.
+        Elsewhere the probe is a continuation of a prefilled reply (``capabilities.continue_final``):
+        a server with prefix caching (vLLM, SGLang) serves the sample's prefix from its cache.
+        """
+        request = continuation(live, text, max_tokens=max_tokens, **params)
+        fork = getattr(self._backend, "fork", None)
+        if self.capabilities.fork and fork is not None and live.stream is not None:
+            opener = functools.partial(fork, live.stream, live.index, live.num_tokens, text)
+            probe = Fanout(
+                self._account, [request], label, [live.trace.id], None, None, "probe", opener=opener
+            )
+            return await probe.one()
+        if request.continue_final and not self.capabilities.continue_final:
+            raise ConfigError(
+                "probing a chat sample needs a backend that continues a prefilled reply",
+                hint="use the engine, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)",
+            )
+        fan = Fanout(self._account, [request], label, [live.trace.id], None, None, "probe")
+        return await fan.one()
+
+    async def conclude(self, live: LiveSample, reason: str) -> None:
+        """Stop a running sample whose answer is already known (a probe settled it): its trace ends
+        with status "ok" and ``cancel_reason`` = ``reason``; its tokens are not wasted ones."""
+        await stop_sample(live, reason, "ok")
 
     async def cancel(self, reason: str) -> None:
         """Stop every sample of the run that is still running, recording ``reason``."""

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any
 
@@ -21,13 +23,14 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from paragen.backends.base import Capabilities
+from paragen.backends.base import Capabilities, CompletionStream
 from paragen.errors import BackendError
 from paragen.ledger import Account
 from paragen.live import LiveSample, Monitor, stop_sample
 from paragen.types import GenerateRequest, Trace
 
 Job = Callable[[], Coroutine[Any, Any, None]]
+Opener = Callable[[GenerateRequest], AbstractAsyncContextManager[CompletionStream]]
 
 
 class Fanout:
@@ -42,8 +45,11 @@ class Fanout:
         checkpoint: int | None,
         monitor: Monitor | None,
         kind: str,
+        *,
+        opener: Opener | None = None,
     ) -> None:
         self._account = account
+        self._opener = opener  # opens a sample's stream instead of backend.stream (a probe's fork)
         self._requests = requests
         self._label = label
         self._parents = parents
@@ -175,9 +181,11 @@ class Fanout:
         account, error, stream = self._account, None, None
         ledger = account.ledger
         assert live.scope is not None
+        live.request = request
         try:
             with live.scope:
-                async with account.backend.stream(request) as stream:
+                async with (self._opener or account.backend.stream)(request) as stream:
+                    live.stream = stream
                     watching = self._monitor is not None or self._checkpoint is not None
                     now, charge, add = ledger.clock.now, ledger.charge, live.add
                     async for delta in stream:
@@ -209,7 +217,8 @@ class Fanout:
             with scope:
                 async with account.backend.stream(request) as stream:
                     for live in lives:
-                        live.group = stream
+                        live.group = live.stream = stream
+                        live.request = request
                         live.on_stop = functools.partial(end_choice, live)
                         if live.stop_reason is not None:  # stopped before the stream opened
                             await stream.abort(live.index)
@@ -237,6 +246,8 @@ class Fanout:
     async def _after_delta(self, live: LiveSample) -> None:
         if self._monitor is not None and live.stop_reason is None:
             reason = self._monitor(live)
+            if inspect.isawaitable(reason):
+                reason = await reason
             if reason is not None:
                 await stop_sample(live, reason, "pruned")
                 return

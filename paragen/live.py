@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 
 from paragen.backends.base import CompletionStream
 from paragen.tool_calls import merge
-from paragen.types import Delta, FinishReason, Trace, TraceStatus, Usage
+from paragen.types import ChatMessage, Delta, FinishReason, GenerateRequest, Trace, TraceStatus, Usage
 
-Monitor = Callable[["LiveSample"], str | None]
-"""Called after each delta of a sample; returning a reason prunes the sample with it."""
+Monitor = Callable[["LiveSample"], str | Awaitable[str | None] | None]
+"""Called after each delta of a sample; returning a reason prunes the sample with it. An async
+monitor is awaited before the sample's next delta is read (what a probe of the sample needs)."""
 
 
 class LiveSample:
@@ -32,9 +33,11 @@ class LiveSample:
         "index",
         "logprobs",
         "on_stop",
+        "request",
         "scope",
         "stop_reason",
         "stop_status",
+        "stream",
         "top_logprobs",
         "trace",
     )
@@ -52,6 +55,8 @@ class LiveSample:
         self.scope: anyio.CancelScope | None = None
         self.group: CompletionStream | None = None
         self.on_stop: Callable[[], None] | None = None  # closes the trace when its choice is aborted
+        self.request: GenerateRequest | None = None  # what it was asked (set once it is driven)
+        self.stream: CompletionStream | None = None  # the stream it comes from (a fork's parent)
         self.stop_reason: str | None = None
         self.stop_status: TraceStatus = "cancelled"
 
@@ -62,6 +67,11 @@ class LiveSample:
     @property
     def num_tokens(self) -> int:
         return self._tokens
+
+    @property
+    def finished(self) -> bool:
+        """The backend sent its last delta (the trace may not be closed yet)."""
+        return self._finish_reason is not None
 
     def text(self) -> str:
         """The text so far (joined lazily: the hot path only appends)."""
@@ -149,6 +159,28 @@ class LiveSample:
         if self.top_logprobs:
             trace.top_logprobs = self.top_logprobs
         return trace
+
+
+def continuation(live: LiveSample, suffix: str, **params: Any) -> GenerateRequest:
+    """A request continuing ``live``'s text so far followed by ``suffix`` (one choice, ``params`` set).
+
+    Chat requests get the text as a prefilled assistant reply (``continue_final``), appended to
+    the one the sample was already continuing; raw prompts get it appended.
+    """
+    request = live.request
+    if request is None:
+        raise ValueError("the sample has not started: nothing to continue")
+    so_far = live.text() + suffix
+    update: dict[str, Any] = {"n": 1, "continue_final": request.messages is not None}
+    if request.prompt is not None:
+        update["prompt"] = request.prompt + so_far
+    else:
+        messages = list(request.messages or ())
+        if request.continue_final:
+            last = messages.pop()
+            so_far = last.content + so_far
+        update["messages"] = (*messages, ChatMessage(role="assistant", content=so_far))
+    return request.model_copy(update=update).with_params(**params)
 
 
 async def stop_sample(live: LiveSample, reason: str, status: TraceStatus) -> None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
 TraceStatus = Literal["ok", "cancelled", "pruned", "error"]
-TraceKind = Literal["sample", "judge", "tool"]
+TraceKind = Literal["sample", "judge", "tool", "probe"]
 CountSource = Literal["server", "token_ids", "tokenizer", "estimate", "none"]
 
 _request_ids = itertools.count()
@@ -228,7 +228,10 @@ class RunUsage(Model):
     ``sequential_tokens`` is the critical path: the largest sum of generated tokens
     along a chain of traces each of which started after the previous one ended (or
     named it as a parent). ``wasted_tokens`` were generated and then cancelled,
-    pruned or failed. Judge and tool work is counted apart from the samples.
+    pruned or failed. Judge and tool work is counted apart from the samples, and so are
+    probes (kind "probe": a short continuation asking a running sample for its answer so
+    far, as Dynasor does): ``probe_tokens`` are their generated tokens, never part of
+    ``total_tokens``; their prompt tokens are in ``prompt_tokens`` like every trace's.
     """
 
     total_tokens: int = 0
@@ -237,6 +240,8 @@ class RunUsage(Model):
     sequential_tokens: int = 0
     wasted_tokens: int = 0
     judge_tokens: int = 0
+    probe_tokens: int = 0
+    num_probes: int = 0
     num_samples: int = 0
     num_cancelled: int = 0
     num_errors: int = 0

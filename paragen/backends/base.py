@@ -52,6 +52,7 @@ class Capabilities(BaseModel):
     continue_final: bool = False  # can continue a prefilled assistant message
     tools: bool = False  # takes function calling (GenerateRequest.tools) and streams tool calls
     tokenizer: bool = False  # count_tokens() is exact (else it estimates)
+    fork: bool = False  # fork(stream, index, num_tokens, suffix, request): a probe from a live KV cache
 
 
 @runtime_checkable

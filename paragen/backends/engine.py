@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from paragen.engine.async_engine import AsyncEngine, Request
     from paragen.engine.hogwild import SharedCache
     from paragen.engine.llm_engine import LLMEngine, StepOutput
+    from paragen.engine.sequence import Sequence as EngineSeq
 
 
 class EngineConfig(BaseModel):
@@ -50,6 +51,7 @@ CAPABILITIES = Capabilities(
     chat=True,
     continue_final=True,
     tokenizer=True,
+    fork=True,
 )
 
 
@@ -103,7 +105,24 @@ class EngineBackend:
         prompt_ids = self.prompt_ids(request)
         seqs = self.engine.new_request(prompt_ids, request.params, request.n)
         handle = self.runtime.submit(prompt_ids, seqs)
-        stream = EngineStream(self.runtime, handle, request)
+        stream = EngineStream(self.runtime, handle, request, prompt_ids)
+        try:
+            yield stream
+        finally:
+            await stream.close()
+
+    @asynccontextmanager
+    async def fork(
+        self, parent: EngineStream, index: int, num_tokens: int, suffix: str, request: GenerateRequest
+    ) -> AsyncIterator[EngineStream]:
+        """Choice ``index`` of ``parent`` after its first ``num_tokens`` tokens, then ``suffix``,
+        generated as ``request.params`` say (a probe). It starts from the parent's cache (its blocks
+        shared, the last partial one copied) if the parent still runs, so only ``suffix`` is
+        prefilled; leaving frees the fork's blocks. ``request`` is its text form, for the books."""
+        ids = parent.prompt_ids + parent.token_ids[index][:num_tokens] + self._token_ids(suffix)
+        (seq,) = self.engine.new_request(ids, request.params, 1)
+        seq.fork_of = parent.handle.seq_ids[index]
+        stream = EngineStream(self.runtime, self.runtime.submit(ids, [seq]), request, ids, fork=seq)
         try:
             yield stream
         finally:
@@ -142,14 +161,25 @@ class EngineBackend:
 class EngineStream:
     """Deltas of one request, one per generated token per choice; ``usage`` counts as they come."""
 
-    def __init__(self, runtime: AsyncEngine, handle: Request, request: GenerateRequest):
+    def __init__(
+        self,
+        runtime: AsyncEngine,
+        handle: Request,
+        request: GenerateRequest,
+        prompt_ids: list[int],
+        *,
+        fork: EngineSeq | None = None,
+    ):
         self.runtime = runtime
         self.handle = handle
+        self.prompt_ids = prompt_ids
+        self.token_ids: list[list[int]] = [[] for _ in handle.seq_ids]  # what a fork continues
+        self._fork = fork
         self.index_of = {seq_id: i for i, seq_id in enumerate(handle.seq_ids)}
         self.is_open = [True] * len(handle.seq_ids)
         self.wants_logprobs = request.params.logprobs
         self.num_top = request.params.top_logprobs
-        n, p = request.n, handle.num_prompt_tokens
+        n, p = len(handle.seq_ids), handle.num_prompt_tokens
         # n samples count n prompts; all but the first are served from the one shared prefill.
         self.usage = Usage(prompt_tokens=n * p, cached_prompt_tokens=(n - 1) * p, source="token_ids")
         self._pending: list[Delta] = []
@@ -167,6 +197,8 @@ class EngineStream:
                 raise StopAsyncIteration from None
             if isinstance(item, BaseException):
                 raise item if isinstance(item, EngineError) else EngineError(repr(item))
+            if self._fork is not None:  # known once the step thread has attached it
+                self.usage.cached_prompt_tokens = self._fork.num_reused_tokens
             self._pending = [d for out in item if (d := self._delta(out)) is not None]
         return self._pending.pop(0)
 
@@ -175,6 +207,7 @@ class EngineStream:
         if not self.is_open[index]:
             return None  # aborted by the caller; outputs already in flight are dropped
         self.usage.completion_tokens += 1
+        self.token_ids[index].append(out.token_id)
         if out.finish_reason is not None:
             self.is_open[index] = False
         return Delta(

@@ -34,6 +34,8 @@ class AttnMeta:
     block_size: int = 0
     gather: torch.Tensor | None = None  # [2 * kv_heads * B * blocks per row] decode only
     mask: torch.Tensor | None = None  # [B, 1, L] additive, decode only; None when no slot is padding
+    context: torch.Tensor | None = None  # prefill over a cached prefix: every slot of the sequence
+    start: int = 0  # prefill: position of the first new token (tokens before it are cached)
 
 
 def rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
@@ -42,13 +44,25 @@ def rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
     x.mul_(cos).addcmul_(swapped, signed_sin)
 
 
-def prefill_attention(num_heads: int, scale: float) -> Attend:
+def prefill_attention(num_heads: int, scale: float, meta: AttnMeta | None = None) -> Attend:
+    """Causal attention of the new tokens; with ``meta.context``, over the cached tokens too."""
+    context = None if meta is None else meta.context
+    allowed = None
+    if meta is not None and context is not None:  # query i sits at start + i; key j is visible if j <= it
+        queries = torch.arange(len(meta.slots), device=context.device) + meta.start
+        allowed = torch.arange(len(context), device=context.device).unsqueeze(0) <= queries.unsqueeze(1)
+
     def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         # [T, H, D] -> [H, T, D]; GQA through enable_gqa keeps K/V unexpanded.
         heads = qkv.transpose(0, 1)
         nkv = (heads.shape[0] - num_heads) // 2
         q, k, v = heads[:num_heads], heads[num_heads : num_heads + nkv], heads[num_heads + nkv :]
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
+        if context is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
+        else:  # this step's K/V are in the cache already: read the whole sequence from there
+            cached = kv.index_select(1, context)
+            k, v = cached[:nkv], cached[nkv:]
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True, scale=scale)
         return out.transpose(0, 1).reshape(qkv.shape[0], -1)
 
     return attend

@@ -99,6 +99,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.blocks, self.cache, max_batch, max_seq_len)
         self.runner = ModelRunner(self.model, self.cache)
         self.seqs: dict[int, Sequence] = {}
+        self.num_prefilled_tokens = 0  # tokens run through a prefill (not reused from the cache)
         self.eos_ids = set(self.cfg.eos_token_ids) | {self.tokenizer.eos_token_id} - {None}
 
     @property
@@ -146,6 +147,8 @@ class LLMEngine:
     def enqueue(self, seqs: list[Sequence]) -> None:
         """Hand sequences from new_request() to the scheduler (the step thread only)."""
         for seq in seqs:
+            if seq.fork_of is not None:
+                self.scheduler.attach(seq, self.seqs.get(seq.fork_of))
             if seq.status == SeqStatus.WAITING:
                 self.scheduler.add(seq)
         self.seqs.update((seq.seq_id, seq) for seq in seqs)
@@ -205,6 +208,7 @@ class LLMEngine:
             return []
         if is_prefill:
             seqs = [seqs[0], *seqs[0].forks]
+            self.num_prefilled_tokens += seqs[0].num_tokens - seqs[0].num_cached_tokens
         sampled = self.runner.run(seqs, is_prefill)
         if is_prefill:
             seqs[0].num_cached_tokens = seqs[0].num_tokens

@@ -145,7 +145,7 @@ class Model:
         if shared is not None:
             attend, rope_from = shared, self.num_heads
         elif meta.is_prefill:
-            attend = prefill_attention(self.num_heads, self.attn_scale)
+            attend = prefill_attention(self.num_heads, self.attn_scale, meta)
         else:
             attend = decode_attention(
                 meta,

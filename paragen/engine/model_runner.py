@@ -26,10 +26,12 @@ class ModelRunner:
 
     def prepare_prefill(self, seq: Sequence) -> tuple[torch.Tensor, torch.Tensor, AttnMeta]:
         start, bs = seq.num_cached_tokens, self.block_size
-        assert start == 0, "prefill over an existing cache is not supported yet"
+        every = [seq.block_table[p // bs] * bs + p % bs for p in range(seq.num_tokens)]
+        slots = every[start:]
+        # Over a reused cache (a fork) the new tokens also attend to the cached ones.
+        context = self._tensor(every) if start else None
+        meta = AttnMeta(is_prefill=True, slots=self._tensor(slots), context=context, start=start)
         positions = list(range(start, seq.num_tokens))
-        slots = [seq.block_table[p // bs] * bs + p % bs for p in positions]
-        meta = AttnMeta(is_prefill=True, slots=self._tensor(slots))
         return self._tensor(seq.token_ids[start:]), self._tensor(positions), meta
 
     def prepare_decode(self, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, AttnMeta]:

@@ -48,12 +48,14 @@ class Scheduler:
 
     def can_prefill(self, seq: Sequence) -> bool:
         # The prompt, plus one block of room per sample so their first decode steps can proceed.
-        needed = self.blocks.num_blocks_for(seq.num_tokens) + len(seq.forks) + 1
+        needed = self.blocks.num_blocks_for(seq.num_tokens) - len(seq.block_table) + len(seq.forks) + 1
         return self.blocks.can_allocate(needed) or (not self.running and self.blocks.can_allocate(needed - 1))
 
     def allocate_prompt(self, seq: Sequence) -> None:
-        assert not seq.block_table
-        seq.block_table = self.blocks.allocate(self.blocks.num_blocks_for(seq.num_tokens))
+        # A fork (see attach) already holds the blocks of the cache it reuses.
+        seq.block_table += self.blocks.allocate(
+            self.blocks.num_blocks_for(seq.num_tokens) - len(seq.block_table)
+        )
         seq.status = SeqStatus.RUNNING
         self.running.append(seq)
 
@@ -73,6 +75,26 @@ class Scheduler:
             child.status = SeqStatus.RUNNING
             self.running.append(child)
         return children
+
+    def attach(self, seq: Sequence, parent: Sequence | None) -> None:
+        """Start waiting ``seq`` from ``parent``'s cache where their tokens agree: full blocks shared,
+        the last partial one copied (copy on write, as fork does); only the rest is prefilled. A
+        parent that is gone or not running leaves ``seq`` to a full prefill."""
+        if parent is None or parent.status != SeqStatus.RUNNING:
+            return
+        limit = min(parent.num_cached_tokens, seq.num_tokens - 1)  # at least one token to prefill
+        same = next((i for i in range(limit) if parent.token_ids[i] != seq.token_ids[i]), limit)
+        if same == 0:
+            return
+        num_full, num_rest = divmod(same, self.blocks.block_size)
+        if num_rest and not self.blocks.can_allocate(1):
+            return
+        table = self.blocks.share(parent.block_table[:num_full])
+        if num_rest:
+            (own,) = self.blocks.allocate(1)
+            self.cache.copy_block(parent.block_table[num_full], own, num_rest)
+            table.append(own)
+        seq.block_table, seq.num_cached_tokens, seq.num_reused_tokens = table, same, same
 
     def prepare_decode_batch(self) -> list[Sequence]:
         """Make sure every running sequence has a slot for its next token; preempt if the pool is dry."""

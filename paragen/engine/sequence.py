@@ -45,6 +45,8 @@ class Sequence:
     num_cached_tokens: int = 0  # tokens whose K/V are in the cache
     forks: list[Sequence] = field(default_factory=list)  # siblings that will share this prompt
     finish_reason: str | None = None
+    fork_of: int | None = None  # a running sequence whose cache this one starts from (a probe)
+    num_reused_tokens: int = 0  # tokens taken from that cache instead of prefilled
 
     @property
     def num_tokens(self) -> int:

@@ -179,6 +179,8 @@ STRATEGY_OPTIONS: dict[str, dict[str, object]] = {
     "pdr": {"parallelism": [2, 1], "kappa": 64},
     "ffs_k": {"k": 2},  # k <= n
     "lfs_k": {"k": 2},
+    "rsa": {"k": 2, "t": 1},
+    "dynasor": {"interval": 8, "probe_tokens": 4},
 }
 
 
