@@ -12,6 +12,7 @@ import httpx
 import pytest
 from openai_fakes import FakeServer, FakeSSE, chunk, usage_chunk
 
+from paragen import Orchestrator, Problem, build_strategy
 from paragen.accounting import summarize
 from paragen.backends.base import generate
 from paragen.backends.openai import OpenAIBackend
@@ -215,3 +216,14 @@ def test_the_traces_and_the_run_count_the_losers_tokens() -> None:
     run_usage = summarize([trace], latency_s=1.0)
     assert (run_usage.num_hedges, run_usage.hedged_tokens) == (1, 3)
     assert (run_usage.total_tokens, run_usage.wasted_tokens, run_usage.sequential_tokens) == (8, 3, 5)
+
+
+async def test_a_run_reports_its_hedges(server: FakeServer) -> None:
+    by_host(server, r0=(answer("slow"), 5.0), r1=(answer("4"), 0.001))
+    backend = make(server, hedge_after_s=0.05)
+    orchestrator = Orchestrator(backend, defaults=SamplingParams(max_tokens=4, seed=0))
+    with anyio.fail_after(10):
+        result = await orchestrator.run(build_strategy("majority", {"n": 2}), Problem(question="2+2?"))
+    assert [t.status for t in result.traces] == ["ok", "ok"] and [t.hedges for t in result.traces] == [1, 1]
+    assert (result.usage.num_hedges, result.usage.hedged_tokens, result.usage.total_tokens) == (2, 0, 4)
+    assert sorted(hosts(server)) == ["r0", "r0", "r1", "r1"]  # two primaries, two hedges
