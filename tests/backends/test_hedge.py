@@ -226,4 +226,4 @@ async def test_a_run_reports_its_hedges(server: FakeServer) -> None:
         result = await orchestrator.run(build_strategy("majority", {"n": 2}), Problem(question="2+2?"))
     assert [t.status for t in result.traces] == ["ok", "ok"] and [t.hedges for t in result.traces] == [1, 1]
     assert (result.usage.num_hedges, result.usage.hedged_tokens, result.usage.total_tokens) == (2, 0, 4)
-    assert sorted(hosts(server)) == ["r0", "r0", "r1", "r1"]  # two primaries, two hedges
+    assert sorted(str(h) for h in hosts(server)) == ["r0", "r0", "r1", "r1"]  # two primaries, two hedges
