@@ -51,9 +51,10 @@ class StallProxy:
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
-        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        task_status.started()
-        await listener.serve(self._connection)
+        async with listener:
+            self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            task_status.started()
+            await listener.serve(self._connection)
 
     async def _connection(self, client: SocketStream) -> None:
         self.open_connections += 1
