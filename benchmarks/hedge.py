@@ -4,7 +4,7 @@ first byte: REQUESTS requests of MAX_TOKENS tokens, WORKERS at a time, without h
 after HEDGE_S seconds. Prints the latency table (p50, p95, max), the ratios p95 and max without /
 with hedging, what the losers cost, and last a JSON line.
 
-    .venv/bin/python benchmarks/hedge.py [REQUESTS]
+    .venv/bin/python benchmarks/hedge.py [REQUESTS [HEDGE_S]]
 
 The proxy and the workload are the test's (tests/backends/stall_proxy.py, test_hedge_llama.py).
 """
@@ -27,10 +27,10 @@ stall_proxy: Any = importlib.import_module("stall_proxy")
 REQUESTS, WORKERS, MAX_TOKENS, EVERY, STALL_S, HEDGE_S = 64, 2, 8, 4, 2.0, 0.2
 
 
-async def bench(ports: tuple[int, int], requests: int) -> dict[str, Any]:
+async def bench(ports: tuple[int, int], requests: int, hedge_s: float) -> dict[str, Any]:
     await stall_proxy.warm_up(ports, MAX_TOKENS)
     rows, tallies = {}, {}
-    for name, hedge in (("no hedging", None), (f"hedge after {HEDGE_S} s", HEDGE_S)):
+    for name, hedge in (("no hedging", None), (f"hedge after {hedge_s} s", hedge_s)):
         measured = await stall_proxy.measure(
             ports,
             every=EVERY,
@@ -45,7 +45,7 @@ async def bench(ports: tuple[int, int], requests: int) -> dict[str, Any]:
     print(f"of two llama.cpp servers stalled {STALL_S} s before its first byte")
     print(stall_proxy.table(rows))
     off, on = rows.values()
-    tally = tallies[f"hedge after {HEDGE_S} s"]
+    tally = tallies[f"hedge after {hedge_s} s"]
     print(
         f"losers: {tally['aborted']} hung up on; the servers streamed {tally['aborted_server_chunks']} chunks"
         f" of them, paragen read and counted {on['hedged_tokens']} tokens"
@@ -54,7 +54,7 @@ async def bench(ports: tuple[int, int], requests: int) -> dict[str, Any]:
         "p95_ratio": round(off["p95_s"] / on["p95_s"], 2),
         "max_ratio": round(off["max_s"] / on["max_s"], 2),
         "requests": requests,
-        "hedge_after_s": HEDGE_S,
+        "hedge_after_s": hedge_s,
         "stall_s": STALL_S,
         "off": off,
         "on": on,
@@ -64,13 +64,14 @@ async def bench(ports: tuple[int, int], requests: int) -> dict[str, Any]:
 
 def main() -> None:
     requests = int(sys.argv[1]) if len(sys.argv) > 1 else REQUESTS
+    hedge_s = float(sys.argv[2]) if len(sys.argv) > 2 else HEDGE_S
     folder = Path(tempfile.mkdtemp(prefix="paragen-hedge-"))
     servers = [real_servers.start_llama(folder / "a.log")]
     try:
         servers.append(real_servers.start_llama(folder / "b.log"))
         first, second = (int(s.url.rsplit(":", 1)[1].split("/")[0]) for s in servers)
         ports = (first, second)
-        result = anyio.run(bench, ports, requests)
+        result = anyio.run(bench, ports, requests, hedge_s)
     finally:
         for server in servers:
             server.stop()
