@@ -42,18 +42,21 @@ def summarize(traces: Sequence[Trace], *, latency_s: float) -> RunUsage:
     first_tokens = [t.first_token for t in samples if t.first_token is not None]
     cached = [t.cached_prompt_tokens for t in traces if t.cached_prompt_tokens is not None]
     sources: list[CountSource] = sorted({t.count_source for t in traces if t.kind != "tool"})
+    hedged = sum(t.hedged_tokens for t in samples)
     return RunUsage(
-        total_tokens=sum(t.completion_tokens for t in samples),
+        total_tokens=sum(t.completion_tokens for t in samples) + hedged,
         prompt_tokens=sum(t.prompt_tokens for t in traces),
         cached_prompt_tokens=sum(cached) if cached else None,
         sequential_tokens=critical_path_tokens(samples),
-        wasted_tokens=sum(t.completion_tokens for t in samples if t.status != "ok"),
+        wasted_tokens=sum(t.completion_tokens for t in samples if t.status != "ok") + hedged,
         judge_tokens=sum(t.completion_tokens + t.prompt_tokens for t in judges),
         probe_tokens=sum(t.completion_tokens for t in probes),
         num_probes=len(probes),
         num_samples=len(samples),
         num_cancelled=sum(t.status in ("cancelled", "pruned") for t in samples),
         num_errors=sum(t.status == "error" for t in samples),
+        num_hedges=sum(t.hedges for t in samples),
+        hedged_tokens=hedged,
         latency_s=latency_s,
         ttft_s=min(first_tokens) if first_tokens else None,
         count_sources=sources,

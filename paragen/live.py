@@ -126,13 +126,21 @@ class LiveSample:
             if choices > 1:  # later choices reuse the prefill; the first takes what is left
                 cached = prompt if self.index > 0 else max(0, cached - (choices - 1) * prompt)
             trace.cached_prompt_tokens = cached
+        hedged = self._take_hedges(usage) if self.index == 0 else 0  # a request's hedges: its first choice's
         shared = choices > 1
         if usage.source == "server" and not shared and usage.completion_tokens >= self._tokens:
             extra = usage.completion_tokens - self._tokens
             self._tokens = usage.completion_tokens
             trace.completion_tokens = self._tokens
-            return extra
-        return 0
+            return extra + hedged
+        return hedged
+
+    def _take_hedges(self, usage: Usage) -> int:
+        """Record the request's hedges on the trace; returns the hedged tokens not charged before."""
+        trace = self.trace
+        new = max(0, usage.hedged_tokens - trace.hedged_tokens)
+        trace.hedges, trace.hedged_tokens = usage.hedges, max(trace.hedged_tokens, usage.hedged_tokens)
+        return new
 
     def request_stop(self, reason: str, status: TraceStatus) -> None:
         """Mark the sample to stop; the caller then cancels its scope or aborts its choice."""

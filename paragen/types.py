@@ -104,7 +104,9 @@ class GenerateRequest(Model):
     ``continue_final`` continues the last (assistant) message instead of opening a new
     assistant turn; strategies use it to prefill a reply (NoThinking, budget forcing).
     ``affinity`` groups requests that share a prefix, so a server pool routes them to
-    one replica and its prefix cache serves them.
+    one replica and its prefix cache serves them. ``hedge_after_s`` overrides the backend's
+    hedging for this request (a pool sends it to a second replica when no token came within
+    that many seconds; 0 at once, ``inf`` never; None: the backend's ``hedge_after_s``).
     """
 
     prompt: str | None = None
@@ -114,6 +116,7 @@ class GenerateRequest(Model):
     continue_final: bool = False
     affinity: str | None = None
     tools: ToolOptions | None = None  # function calling (chat only); the reply may be tool calls
+    hedge_after_s: float | None = Field(default=None, ge=0)
     request_id: str = Field(default_factory=lambda: f"pg-{next(_request_ids)}")
 
     @model_validator(mode="after")
@@ -163,12 +166,19 @@ class Delta:
 
 
 class Usage(Model):
-    """Token counts of one request and how they were obtained."""
+    """Token counts of one request and how they were obtained.
+
+    ``hedges`` is how many hedged copies of the request were sent to other replicas, and
+    ``hedged_tokens`` the completion tokens the losing copies streamed before they were
+    closed (not part of ``completion_tokens``, which are the winner's).
+    """
 
     prompt_tokens: int = 0
     cached_prompt_tokens: int | None = None
     completion_tokens: int = 0
     source: CountSource = "none"
+    hedges: int = 0
+    hedged_tokens: int = 0
 
 
 class Completion(Model):
@@ -212,6 +222,8 @@ class Trace(Model):
     parents: list[int] = Field(default_factory=list)
     meta: dict[str, Any] = Field(default_factory=dict)
     tool_calls: list[dict[str, Any]] | None = None  # the function calls it made (OpenAI's format)
+    hedges: int = 0  # hedged copies of its request (see Usage)
+    hedged_tokens: int = 0  # what the losing copies streamed; not in completion_tokens
 
     @property
     def is_ok(self) -> bool:
@@ -232,6 +244,8 @@ class RunUsage(Model):
     probes (kind "probe": a short continuation asking a running sample for its answer so
     far, as Dynasor does): ``probe_tokens`` are their generated tokens, never part of
     ``total_tokens``; their prompt tokens are in ``prompt_tokens`` like every trace's.
+    ``hedged_tokens`` are the tokens hedged requests' losing copies streamed before they
+    were closed: part of ``total_tokens`` and ``wasted_tokens``, never of a trace's text.
     """
 
     total_tokens: int = 0
@@ -245,6 +259,8 @@ class RunUsage(Model):
     num_samples: int = 0
     num_cancelled: int = 0
     num_errors: int = 0
+    num_hedges: int = 0
+    hedged_tokens: int = 0
     latency_s: float = 0.0
     ttft_s: float | None = None
     count_sources: list[CountSource] = Field(default_factory=list)

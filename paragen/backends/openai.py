@@ -15,7 +15,9 @@ abort the generation; SGLang additionally gets ``POST /abort_request``.
 
 Retries (connect errors, timeouts, 5xx, 429 with its Retry-After) move to another
 replica where there is one; a single-choice stream cut off mid-way is resumed from
-the text seen so far (see :mod:`paragen.backends.openai_stream`).
+the text seen so far (see :mod:`paragen.backends.openai_stream`). With ``hedge_after_s``, a
+request whose first token is late goes to a second replica too, and the first copy to stream
+a token wins (see :mod:`paragen.backends.openai_hedge`).
 """
 
 from __future__ import annotations

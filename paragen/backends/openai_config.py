@@ -34,6 +34,9 @@ class OpenAIConfig(Model):
     max_outstanding: int | None = Field(default=None, gt=0)  # per replica, for affinity routing
     affinity_slack: int = Field(default=32, ge=0)
     max_connections: int = Field(default=1024, gt=0)
+    # Hedged requests over the pool (off: None): no token within this many seconds (0: at once)
+    # sends the request to a second replica too; the first to stream a token wins.
+    hedge_after_s: float | None = Field(default=None, ge=0)
     extra_body: dict[str, Any] = Field(default_factory=dict)  # server extras: ignore_eos, min_p, ...
 
     @model_validator(mode="before")

@@ -11,9 +11,10 @@ sample goes on where it stopped and every token is counted once.
 from __future__ import annotations
 
 import contextlib
+import math
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+from contextlib import ExitStack, aclosing
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -23,6 +24,7 @@ from httpx_sse import EventSource
 
 from paragen.backends.base import CompletionStream
 from paragen.backends.openai_config import OpenAIConfig, ServerInfo
+from paragen.backends.openai_hedge import Race
 from paragen.backends.openai_http import map_http_errors, raise_for_status, redacting, retry_delay
 from paragen.backends.openai_wire import ChunkParser, Endpoint, WireOptions, build_body
 from paragen.backends.pool import Pool, Replica
@@ -100,8 +102,9 @@ class HTTPStream:
             replica = pool.pick(self._request.affinity, avoid)
             try:
                 # Outstanding from the pick on, so requests picked together see each other.
-                with pool.lease(replica):
-                    async with aclosing(self._attempt(replica)) as deltas:
+                with ExitStack() as lease:
+                    lease.enter_context(pool.lease(replica))
+                    async with aclosing(self._attempts(replica, lease)) as deltas:
                         async for delta in deltas:
                             self._num_seen += 1
                             self._texts.append(delta.text)
@@ -115,6 +118,16 @@ class HTTPStream:
                     raise
             attempt, avoid = attempt + 1, replica
             await anyio.sleep(delay)
+
+    def _attempts(self, replica: Replica, lease: ExitStack) -> AsyncGenerator[Delta, None]:
+        """One attempt on ``replica``, or a race of it and a hedge on another (see openai_hedge)."""
+        delay = self._request.hedge_after_s
+        delay = self._backend.config.hedge_after_s if delay is None else delay
+        if delay is None or math.isinf(delay) or len(self._backend.pool) < 2:
+            return self._attempt(replica, self.usage)
+        start = self.usage.completion_tokens if self._num_seen else 0
+        race = Race(self._attempt, self.usage, self._backend.pool, delay, start_tokens=start)
+        return race.deltas(replica, lease, self._request.affinity)
 
     def _can_resume(self, failed: Replica) -> bool:
         """Whether another attempt can go on without repeating what the caller has seen."""
@@ -145,14 +158,13 @@ class HTTPStream:
         update = {"messages": tuple(messages), "continue_final": True, "params": params}
         return request.model_copy(update=update)
 
-    async def _attempt(self, replica: Replica) -> AsyncGenerator[Delta, None]:
+    async def _attempt(self, replica: Replica, usage: Usage) -> AsyncGenerator[Delta, None]:
+        """One request to ``replica``; its counts go to ``usage`` (the stream's, or a hedge race's own)."""
         info = await self._backend.server_info(replica)
         request = self._current_request()
-        url, body, rid = self._prepare(replica, info, request)
+        url, body, rid = self._prepare(replica, info, request, usage)
         base = self.usage.model_copy() if self._num_seen else None
-        parser = ChunkParser(
-            self._backend.endpoint_for(request), self.usage, num_choices=request.n, base=base
-        )
+        parser = ChunkParser(self._backend.endpoint_for(request), usage, num_choices=request.n, base=base)
         client = self._backend.client
         with map_http_errors(url):
             http_request = client.build_request("POST", url, json=body, headers=_SSE_HEADERS)
@@ -173,7 +185,7 @@ class HTTPStream:
             await _close(response, self._backend, replica, None if parser.is_done else rid)
 
     def _prepare(
-        self, replica: Replica, info: ServerInfo, request: GenerateRequest
+        self, replica: Replica, info: ServerInfo, request: GenerateRequest, usage: Usage
     ) -> tuple[str, dict[str, Any], str | None]:
         """The URL, body and SGLang request id of one attempt; a fresh attempt's usage starts over."""
         if request.n > 1 and not info.native_n:
@@ -184,8 +196,8 @@ class HTTPStream:
         options = WireOptions(info.model, endpoint, info.kind, info.continuous_usage, rid)
         body = {**build_body(request, options), **self._backend.config.extra_body}
         if not self._num_seen:
-            self.usage.prompt_tokens, self.usage.completion_tokens, self.usage.source = 0, 0, "none"
-            self.usage.cached_prompt_tokens = None
+            usage.prompt_tokens, usage.completion_tokens, usage.source = 0, 0, "none"
+            usage.cached_prompt_tokens = None
         url = f"{replica.url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
         return url, body, rid
 

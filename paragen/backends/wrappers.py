@@ -125,8 +125,8 @@ class _LimitedContext(_StreamContext):
 
 
 def request_key(request: GenerateRequest) -> str:
-    """What identifies a request's content: everything but its id and routing hint."""
-    content = request.model_dump(mode="json", exclude={"request_id", "affinity"})
+    """What identifies a request's content: everything but its id and routing hints."""
+    content = request.model_dump(mode="json", exclude={"request_id", "affinity", "hedge_after_s"})
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:32]
 
 
