@@ -54,7 +54,7 @@ from paragen.config import Budget, spec_without_credentials
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
 from paragen.registry import load_strategy
-from paragen.strategy import Strategy, build_strategy, count_field
+from paragen.strategy import Strategy, build_strategy, count_field, parallel_samples
 from paragen.types import Problem, SamplingParams, StrategyResult
 
 
@@ -87,7 +87,10 @@ def build_combos(
             combos.append(Combo(name, 1, build_strategy(name, extra)))
         elif ns is None and field_name != "n":
             strategy = build_strategy(name, extra)
-            combos.append(Combo(name, getattr(strategy.config, field_name), strategy))
+            count = getattr(strategy.config, field_name)  # None: PDR's width when its rounds are given whole
+            combos.append(
+                Combo(name, count if isinstance(count, int) else parallel_samples(strategy), strategy)
+            )
         else:
             combos.extend(_combos_over_n(name, field_name, [1] if ns is None else ns, extra))
     return combos

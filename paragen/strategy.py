@@ -48,7 +48,7 @@ class BaseStrategy(Generic[ConfigT]):
     name: ClassVar[str] = ""
     Config: ClassVar[type[StrategyConfig]] = StrategyConfig
     # The config field that ``-n`` sets (a sweep's n): samples for most strategies; Hogwild!'s workers.
-    count_field: ClassVar[str] = "n"
+    count_field: ClassVar[str | None] = "n"
     config: ConfigT
 
     def __init__(self, config: ConfigT | None = None, **overrides: Any) -> None:

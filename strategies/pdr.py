@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from paragen import BaseStrategy, RunContext, Strategy, StrategyConfig, build_strategy, parallel_samples
 from paragen.answers import ExtractMode, majority_vote
@@ -58,6 +58,12 @@ def paper_budgets(rounds: Sequence[Sequence[Draft]], distills: Sequence[Draft]) 
 
 class PDRConfig(StrategyConfig):
     parallelism: tuple[int, ...] = Field(default=(4, 2, 1), description="M_1..M_R, drafts per round; M_R = 1")
+    width: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="-n: M_1, halved each round down to 1 (8 -> (8, 4, 2, 1)); sets parallelism",
+    )
     operator: Operator = Field(default="per_sample_topk", description="distill operator")
     k: int = Field(default=2, ge=1, description="drafts per workspace (top-k / random-k)")
     kappa: int = Field(default=1024, ge=16, description="workspace bound in tokens")
@@ -76,6 +82,15 @@ class PDRConfig(StrategyConfig):
             raise ValueError("parallelism must be positive and end with 1 (the last round gives the answer)")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _width_sets_parallelism(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("width") is None:
+            return data
+        if data.get("parallelism") is not None:
+            raise ValueError("give width (-n) or parallelism, not both")
+        return {**data, "parallelism": halving(data["width"])}
+
     def parallel_samples(self) -> int:
         """Samples in flight at once: the widest round's drafts, each as wide as the draft strategy."""
         per_draft = 1
@@ -84,11 +99,20 @@ class PDRConfig(StrategyConfig):
         return max(self.parallelism) * per_draft
 
 
+def halving(width: int) -> tuple[int, ...]:
+    """Drafts per round from a first round of ``width``: halved (rounded down) until 1 (6 -> (6, 3, 1))."""
+    rounds = [width]
+    while rounds[-1] > 1:
+        rounds.append(rounds[-1] // 2)
+    return tuple(rounds)
+
+
 class PDR(BaseStrategy[PDRConfig]):
     """Parallel-Distill-Refine: rounds of parallel drafts distilled into a bounded workspace."""
 
     name = "pdr"
     Config = PDRConfig
+    count_field: ClassVar[str | None] = "width"  # -n and serve's "pdr-N" set the first round's drafts
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         cfg = self.config
@@ -185,6 +209,7 @@ def _draft_of(result: StrategyResult) -> Draft:
 
 class SRConfig(PDRConfig):
     parallelism: tuple[int, ...] = Field(default=(1, 1, 1), description="SR: ones, one round per refinement")
+    width: None = Field(default=None, description="not used: SR has one draft per round")
     operator: Operator = "shared_topk"
     k: int = 1
 
@@ -194,3 +219,4 @@ class SR(PDR):
 
     name = "sr"
     Config = SRConfig
+    count_field = None  # one draft per round: -n has nothing to set

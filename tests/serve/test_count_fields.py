@@ -49,3 +49,14 @@ def test_the_sample_limit_counts_what_runs_at_once(serve: Serve, scripted: Scrip
         workers = httpx.post(url + "/chat/completions", json=body)
     assert workers.status_code == 429 and "asks for 3 samples" in workers.json()["error"]["message"]
     assert scripted.calls == 0
+
+
+def test_pdr_n_runs_a_first_round_of_n_drafts(serve: Serve, scripted: ScriptedBackend) -> None:
+    with serve(scripted) as url:
+        body = {"model": "pdr-4/scripted", "messages": Q, "paragen": {"include_result": True}}
+        response = httpx.post(url + "/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()["choices"][0]["paragen"]["result"]
+    assert result["config"]["width"] == 4 and result["config"]["parallelism"] == [4, 2, 1]
+    first_round = [t for t in result["traces"] if t["label"].startswith("round0")]
+    assert len(first_round) == 4

@@ -46,6 +46,7 @@ def test_model_names(model: str, strategy: str | None, samples: int) -> None:
         ("hogwild-2/smollm2", "workers", 2),
         ("hogwild_text-3/smollm2", "workers", 3),
         ("majority-4/smollm2", "n", 4),
+        ("pdr-4/smollm2", "width", 4),  # the first round's drafts: parallelism (4, 2, 1)
     ],
 )
 def test_n_in_the_name_sets_the_count_field(model: str, field: str, samples: int) -> None:
@@ -56,8 +57,8 @@ def test_n_in_the_name_sets_the_count_field(model: str, field: str, samples: int
 
 
 def test_n_for_a_strategy_without_one_is_one_clear_400() -> None:
-    with pytest.raises(APIError, match="'pdr' has no n") as caught:
-        plan_of(model="pdr-4/smollm2")
+    with pytest.raises(APIError, match="'sr' has no n") as caught:
+        plan_of(model="sr-4/smollm2")
     assert caught.value.status == 400 and caught.value.code == "invalid_n"
 
 
@@ -66,6 +67,7 @@ def test_n_for_a_strategy_without_one_is_one_clear_400() -> None:
     [
         ("hogwild-4/smollm2", {}, 4),
         ("pdr/smollm2", {}, 4),  # its widest round: parallelism (4, 2, 1)
+        ("pdr-8/smollm2", {}, 8),  # width 8: parallelism (8, 4, 2, 1)
         ("pdr/smollm2", {"parallelism": [3, 1], "draft_strategy": "majority", "draft_options": {"n": 5}}, 15),
         ("adaptive_consistency-16/smollm2", {"batch": 2}, 2),  # one batch at a time
     ],
