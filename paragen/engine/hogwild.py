@@ -14,14 +14,12 @@ import itertools
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 
-from paragen.engine.attention import Attend, AttnMeta
 from paragen.engine.llm_engine import LLMEngine, sample_seed
-from paragen.engine.sampler import SampleBatch, sample
-from paragen.engine.shared_attention import RowPlan, build_group, shared_attention, shift_tables
+from paragen.engine.shared_attention import RowPlan, shift_tables
+from paragen.engine.shared_pass import Draw, Placed, model_logits, sample_rows
 from paragen.engine.shared_types import SharedRow, SharedSample
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
@@ -121,7 +119,7 @@ class SharedCache:
     def logits(self, rows: Sequence[SharedRow]) -> torch.Tensor:
         """One forward pass: every row's tokens written; the logits [rows, vocab] at each row's last token."""
         new_lengths = self.prepare(rows)
-        logits = _logits(self.engine, [self.place(row, new_lengths) for row in rows])
+        logits = model_logits(self.engine, [self.place(row, new_lengths) for row in rows])
         self.commit(new_lengths)
         return logits
 
@@ -184,7 +182,7 @@ class SharedCache:
             have = len(segment.slots)  # a failed pass may have listed some already
             segment.slots += [segment.blocks[p // bs] * bs + p % bs for p in range(have, new_lengths[seg])]
 
-    def place(self, row: SharedRow, new_lengths: dict[int, int]) -> _Placed:
+    def place(self, row: SharedRow, new_lengths: dict[int, int]) -> Placed:
         """Where one row's tokens go (stored positions, cache slots) and what they attend."""
         lengths = [new_lengths.get(s, self.segments[s].length) for s in row.view]
         offsets = list(itertools.accumulate(lengths[:-1], initial=0))
@@ -201,7 +199,7 @@ class SharedCache:
             query_from=offsets[-1] + own.length,
         )
         slots = own.slots[own.length : local.stop]
-        return _Placed(list(row.token_ids), [own.base + p for p in local], slots, plan)
+        return Placed(list(row.token_ids), [own.base + p for p in local], slots, plan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,14 +210,6 @@ class SharedForward:
     rows: Sequence[SharedRow]
     suppress_token_ids: tuple[int, ...] = ()
     greedy: bool = False
-
-
-@dataclass(slots=True)
-class _Placed:
-    ids: list[int]
-    pos: list[int]
-    slots: list[int]
-    plan: RowPlan
 
 
 @torch.inference_mode()
@@ -256,7 +246,7 @@ def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | En
         return [outcomes[i] for i in range(len(jobs))]
     engine = jobs[ready[0][0]].cache.engine
     placed = [jobs[i].cache.place(row, lengths) for i, lengths in ready for row in jobs[i].rows]
-    logits = _logits(engine, placed)
+    logits = model_logits(engine, placed)
     start = 0
     for i, lengths in ready:
         job = jobs[i]
@@ -272,69 +262,13 @@ def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | En
     return [outcomes[i] for i in range(len(jobs))]
 
 
-def _logits(engine: LLMEngine, rows: Sequence[_Placed]) -> torch.Tensor:
-    """One model forward over the placed rows; the logits [rows, vocab] at each row's last token."""
-    order = sorted(range(len(rows)), key=lambda i: rows[i].plan.num_new > 1)  # 1-token rows first
-    ids: list[int] = []
-    pos: list[int] = []
-    slots: list[int] = []
-    last = [0] * len(rows)
-    for i in order:
-        ids += rows[i].ids
-        pos += rows[i].pos
-        slots += rows[i].slots
-        last[i] = len(ids) - 1
-    runner = engine.runner
-    attend = _attention(engine, [rows[i].plan for i in order], len(ids))
-    meta = AttnMeta(is_prefill=False, slots=runner.tensor(slots))
-    hidden = engine.model.forward(runner.tensor(ids), runner.tensor(pos), meta, engine.cache.kv, attend)
-    return engine.model.logits(hidden[runner.tensor(last)])
-
-
-def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Attend:
-    """The attention of a forward whose rows come in ``plans`` order (1-token rows first)."""
-    model, cache = engine.model, engine.cache
-    build = partial(build_group, num_slots=cache.num_blocks * cache.block_size, num_kv_rows=cache.kv.shape[1])
-    tables = (model.cos, model.sin)
-    singles = [p for p in plans if p.num_new == 1]
-    groups = [build(singles, 0, tables=tables)] if singles else []
-    start = len(singles)
-    for plan in plans[len(singles) :]:
-        groups.append(build([plan], start, tables=tables))
-        start += plan.num_new
-    return shared_attention(
-        groups,
-        num_tokens=num_tokens,
-        num_heads=model.num_heads,
-        num_kv_heads=model.cfg.num_kv_heads,
-        head_dim=model.head_dim,
-        scale=model.attn_scale,
-        dtype=model.dtype,
-    )
-
-
 def _sample(jobs: Sequence[SharedForward], logits: torch.Tensor) -> list[SharedSample]:
     """Each row's next token with its own session's settings, seed and step (rows in job order)."""
     rows = [(job, row) for job in jobs for row in job.rows]
-    temperatures = [0.0 if job.greedy else job.cache.params.temperature for job, _ in rows]
-    runner = jobs[0].cache.engine.runner
-    batch = SampleBatch(
-        temperature=runner.tensor(temperatures, torch.float32),
-        top_p=runner.tensor([job.cache.params.top_p for job, _ in rows], torch.float32),
-        top_k=runner.tensor([job.cache.params.top_k for job, _ in rows]),
-        seeds=runner.tensor([job.cache.seeds[row.worker] for job, row in rows]),
-        steps=runner.tensor([job.cache.steps[row.worker] for job, row in rows]),
-        is_filtered=any(job.cache.params.top_p < 1.0 or job.cache.params.top_k > 0 for job in jobs),
-        is_greedy_only=all(t == 0.0 for t in temperatures),
-        has_greedy=any(t == 0.0 for t in temperatures),
-        num_top_logprobs=0,
-        wants_logprobs=True,
-    )
-    sampled = sample(logits, batch)
+    draws = [
+        Draw(job.cache.params, job.cache.seeds[row.worker], job.cache.steps[row.worker], job.greedy)
+        for job, row in rows
+    ]
     for job, row in rows:
         job.cache.steps[row.worker] += 1
-    assert sampled.logprobs is not None
-    return [
-        SharedSample(token_id=t, logprob=lp)
-        for t, lp in zip(sampled.token_ids, sampled.logprobs, strict=True)
-    ]
+    return [SharedSample(t, lp) for t, lp in sample_rows(jobs[0].cache.engine.runner, logits, draws)]
