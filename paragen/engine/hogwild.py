@@ -128,6 +128,10 @@ class SharedCache:
         self._check_open()
         new_lengths = self._check_rows(rows)
         self._grow(new_lengths)
+        for row in rows:  # every base before any row is placed: a peer's row may read this segment
+            own = self.segments[row.view[-1]]
+            if own.base is None:  # written first here: its keys go where they sit in this view
+                own.base = sum(new_lengths.get(s, self.segments[s].length) for s in row.view[:-1])
         return new_lengths
 
     def commit(self, new_lengths: dict[int, int]) -> None:
@@ -187,8 +191,7 @@ class SharedCache:
         lengths = [new_lengths.get(s, self.segments[s].length) for s in row.view]
         offsets = list(itertools.accumulate(lengths[:-1], initial=0))
         own = self.segments[row.view[-1]]
-        if own.base is None:  # written first here: its keys go where they sit in this view
-            own.base = offsets[-1]
+        assert own.base is not None  # set by prepare
         local = range(own.length, own.length + len(row.token_ids))
         segments = [self.segments[s] for s in row.view]
         plan = RowPlan(
