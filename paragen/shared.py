@@ -116,6 +116,10 @@ class SharedWorkers:
     async def free_segment(self, segment: int) -> None:
         await self._session.free_segment(segment)
 
+    async def append_from(self, dst: int, src: int) -> None:
+        """Fold ``src``'s tokens onto the end of ``dst`` (the cache copies them; nothing is generated)."""
+        await self._session.append_from(dst, src)
+
     # -- reading ---------------------------------------------------------------------------------
 
     @property

@@ -4,9 +4,10 @@ n workers are n rows of one batch of the same model. Each forward pass gives eve
 token, and every worker's view (an ordered list of cache segments) holds the others' text, so
 a worker reads what the others write as they write it (the engine writes all rows' tokens before
 any row reads). Text is cut into steps (a sentence end followed by a blank line); a finished step
-joins the shared history by being listed in the views, with no re-encoding. Workers may not end
-the sequence; the run ends when a finished step holds a boxed answer, or when the budget of
-forward passes is spent, and then a short greedy finisher asks for the answer.
+joins the shared history: the engine copies it onto the history segment's end (keys re-rotated,
+no forward pass). Workers may not end the sequence; the run ends when a finished step holds a
+boxed answer, or when the budget of forward passes is spent, and then a short greedy finisher
+asks for the answer.
 
 Layouts (views built from segments; the engine is layout-agnostic):
 
@@ -93,7 +94,7 @@ class _Worker:
     index: int
     segment: int  # the segment of the step it is writing
     pending: list[int]  # input of its next row: its last sample, then any header
-    done: list[int] = field(default_factory=list)  # its finished steps' segments, in order
+    done: list[int] = field(default_factory=list)  # contiguous: one segment, all its finished steps
     step: int = 1
     step_start: int = 0  # where its current step begins in its text
     seen: int = 0  # characters of its text already checked for a step end
@@ -102,7 +103,7 @@ class _Worker:
 @dataclass(slots=True)
 class _Shared:
     prompt: int
-    past: int = -1
+    past: int = -1  # "### Past steps", then every finished step folded onto its end
     others: int = -1
     own: int = -1
     cuts: list[int] = field(default_factory=list)  # one " <...>" per other worker (distinct in a view)
@@ -165,7 +166,6 @@ class _Team:
         self.budget = budget
         self.team: list[_Worker] = []
         self.shared = _Shared(prompt=-1)
-        self.history: list[int] = []  # finished steps' segments, in the order they finished
         self.history_texts: list[str] = []
         self.since_nudge = 0
         self.nudges = 0
@@ -241,13 +241,13 @@ class _Team:
         shared, others = self.shared, [w for w in self.team if w is not worker]
         layout = self.cfg.layout
         if layout == "interleaved":
-            return [shared.prompt, shared.past, *self.history, worker.segment]
+            return [shared.prompt, shared.past, worker.segment]
         if layout == "contiguous":
             view = [shared.prompt]
             for other, cut in zip(others, shared.cuts, strict=False):
                 view += [*other.done, other.segment, cut]
             return [*view, *worker.done, worker.segment]
-        view = [shared.prompt, shared.past, *self.history, shared.others]
+        view = [shared.prompt, shared.past, shared.others]
         for other, cut in zip(others, shared.cuts, strict=False):
             view += [other.segment, cut]
         return [*view, shared.own, worker.segment]
@@ -266,8 +266,7 @@ class _Team:
         if step_text is None:
             return False
         io = self.io
-        self.history.append(worker.segment)
-        worker.done.append(worker.segment)
+        await self._fold(worker)
         worker.segment = await io.new_segment()
         worker.step += 1
         nudge = self.cfg.nudge_every > 0 and self.since_nudge >= self.cfg.nudge_every
@@ -275,6 +274,24 @@ class _Team:
             self.since_nudge, self.nudges = 0, self.nudges + 1
         worker.pending += io.tokenize(self.prompts.header(worker.index, worker.step, nudge=nudge))
         return True
+
+    async def _fold(self, worker: _Worker) -> None:
+        """The worker's finished step joins the history: copied onto its end, so views stay a few segments.
+
+        A view then holds the prompt, the history and the current steps with their headers (about
+        2 x workers + 3 segments) however many steps the run has taken, and the attention reads
+        the history unshifted (it sits at the same place in every view).
+        """
+        io, step = self.io, worker.segment
+        if self.cfg.layout != "contiguous":
+            into = self.shared.past
+        elif worker.done:
+            into = worker.done[0]  # each worker's finished steps, one segment
+        else:
+            worker.done.append(step)  # its first step becomes that segment
+            return
+        await io.append_from(into, step)
+        await io.free_segment(step)
 
     def _finished_step(self, worker: _Worker) -> str | None:
         """The text of the step the worker's newest token finished (and note its answer), or None."""

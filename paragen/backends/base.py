@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from paragen.engine.shared_types import SharedRow as SharedRow
+from paragen.engine.shared_types import SharedSample as SharedSample
 from paragen.errors import ConfigError
 from paragen.tool_calls import merge
 from paragen.types import Completion, Delta, GenerateRequest, SamplingParams, Usage
@@ -93,25 +94,6 @@ async def open_backend(backend: Backend) -> None:
         await opener()
 
 
-@dataclass(frozen=True, slots=True)
-class SharedRow:
-    """One worker's input to a shared-cache forward pass (see docs/hogwild.md)."""
-
-    worker: int  # which worker's sampler stream (seed = params.seed + worker)
-    view: Sequence[int]  # segment ids, in order; the input tokens are appended to view[-1]
-    # >= 1 input tokens written into view[-1]; every row writes (layer by layer) before any row reads,
-    # so peers see each other's new tokens in the same forward pass.
-    token_ids: Sequence[int]
-
-
-@dataclass(frozen=True, slots=True)
-class SharedSample:
-    """The next token sampled from a row's last position."""
-
-    token_id: int
-    logprob: float
-
-
 @runtime_checkable
 class SharedCacheSession(Protocol):
     """Hogwild!-style workers over one KV cache of segments (``Capabilities.shared_cache``).
@@ -145,6 +127,14 @@ class SharedCacheSession(Protocol):
         ...
 
     async def free_segment(self, segment: int) -> None: ...
+
+    async def append_from(self, dst: int, src: int) -> None:
+        """Copy ``src``'s tokens onto the end of ``dst`` (keys re-rotated to their new place; no forward).
+
+        A finished step folded into the history this way keeps a view at a few segments however long
+        the run; ``src`` is left as it was (free it when no view lists it).
+        """
+        ...
 
 
 @runtime_checkable

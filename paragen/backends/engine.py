@@ -280,3 +280,6 @@ class EngineSharedSession:
 
     async def free_segment(self, segment: int) -> None:
         await self.runtime.call(partial(self.cache.free_segment, segment))
+
+    async def append_from(self, dst: int, src: int) -> None:
+        await self.runtime.call(partial(self.cache.append_from, dst, src))

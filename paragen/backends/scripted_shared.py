@@ -110,6 +110,10 @@ class ScriptedSharedSession:
         del self.segments[segment]
         self.freed.append(segment)
 
+    async def append_from(self, dst: int, src: int) -> None:
+        assert dst != src and dst in self.segments and src in self.segments, f"append_from({dst}, {src})"
+        self.segments[dst].extend(self.segments[src])
+
     async def forward(
         self, rows: Sequence[SharedRow], *, suppress_token_ids: Sequence[int] = (), greedy: bool = False
     ) -> list[SharedSample]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from paragen.engine.attention import rope_
 from paragen.engine.loader import ModelConfig
 
 
@@ -88,3 +89,16 @@ class KVCache:
         """Copy the first ``num_tokens`` slots of block ``src`` into ``dst`` (copy on write)."""
         a, b = src * self.block_size, dst * self.block_size
         self.kv[:, :, b : b + num_tokens] = self.kv[:, :, a : a + num_tokens]
+
+    def copy_slots(self, src: torch.Tensor, dst: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        """Copy slots ``src`` into ``dst`` in every layer, the keys rotated once more by ``cos``/``sin``.
+
+        A Hogwild! step folded into the history moves this way: its values unchanged, its keys
+        turned from where they were written to where they now sit (fp32, rounded once).
+        """
+        moved = self.kv.index_select(2, src)  # [layers, 2 * kv_heads, n, head_dim]
+        keys = moved[:, : moved.shape[1] // 2]
+        turned = keys.float()
+        rope_(turned, cos.float(), sin.float())
+        keys.copy_(turned)
+        self.kv.index_copy_(2, dst, moved)

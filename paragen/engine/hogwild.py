@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from paragen.backends.base import SharedRow, SharedSample
-from paragen.engine.attention import Attend, AttnMeta
 from paragen.engine.llm_engine import LLMEngine, sample_seed
-from paragen.engine.sampler import SampleBatch, sample
-from paragen.engine.shared_attention import RowPlan, build_group, shared_attention
+from paragen.engine.shared_attention import RowPlan, shift_tables
+from paragen.engine.shared_pass import Draw, Placed, model_logits, sample_rows
+from paragen.engine.shared_types import SharedRow, SharedSample
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
 
@@ -30,6 +29,8 @@ from paragen.types import SamplingParams
 class Segment:
     blocks: list[int] = field(default_factory=list)
     length: int = 0
+    base: int | None = None  # keys stored rotated at base + j; set by the first write (its offset)
+    slots: list[int] = field(default_factory=list)  # the cache slot of each token (maybe a few more)
 
 
 class SharedCache:
@@ -70,6 +71,40 @@ class SharedCache:
     def length(self, seg: int) -> int:
         return self._segment(seg).length
 
+    def base(self, seg: int) -> int | None:
+        """Where the segment's first key is stored rotated (None while it is empty)."""
+        return self._segment(seg).base
+
+    def slots(self, seg: int) -> list[int]:
+        """The cache slot of each of the segment's tokens, in order."""
+        segment = self._segment(seg)
+        return segment.slots[: segment.length]
+
+    @torch.inference_mode()
+    def append_from(self, dst: int, src: int) -> None:
+        """Copy ``src``'s tokens onto the end of ``dst``: values as they are, keys rotated to their new place.
+
+        Folding every finished step into one history segment keeps a view at a few segments however
+        long the run (the reference's ``append_from``); ``src`` stays as it was.
+        """
+        self._check_open()
+        to, source = self._segment(dst), self._segment(src)
+        if dst == src:
+            raise EngineError(f"cannot append segment {src} to itself")
+        if source.base is None:
+            return  # nothing written yet
+        if to.base is None:
+            to.base = source.base
+        at, n = to.base + to.length, source.length
+        if at + n > self.engine.cfg.max_position_embeddings:
+            raise EngineError(f"segment {dst} would end past the model's positions")
+        self._grow({dst: to.length + n})
+        runner, model = self.engine.runner, self.engine.model
+        cos, sin = shift_tables((model.cos, model.sin), runner.tensor([at - source.base]))
+        dst_slots = to.slots[to.length : to.length + n]
+        self.engine.cache.copy_slots(runner.tensor(self.slots(src)), runner.tensor(dst_slots), cos, sin)
+        to.length += n
+
     @torch.inference_mode()
     def forward(
         self, rows: Sequence[SharedRow], suppress_token_ids: Sequence[int] = (), greedy: bool = False
@@ -83,19 +118,23 @@ class SharedCache:
     @torch.inference_mode()
     def logits(self, rows: Sequence[SharedRow]) -> torch.Tensor:
         """One forward pass: every row's tokens written; the logits [rows, vocab] at each row's last token."""
-        new_lengths = self._prepare(rows)
-        logits = _logits(self.engine, [self._place(row, new_lengths) for row in rows])
-        self._commit(new_lengths)
+        new_lengths = self.prepare(rows)
+        logits = model_logits(self.engine, [self.place(row, new_lengths) for row in rows])
+        self.commit(new_lengths)
         return logits
 
-    def _prepare(self, rows: Sequence[SharedRow]) -> dict[int, int]:
+    def prepare(self, rows: Sequence[SharedRow]) -> dict[int, int]:
         """Checks the rows and grows their target segments; returns each target's length after the pass."""
         self._check_open()
         new_lengths = self._check_rows(rows)
         self._grow(new_lengths)
+        for row in rows:  # every base before any row is placed: a peer's row may read this segment
+            own = self.segments[row.view[-1]]
+            if own.base is None:  # written first here: its keys go where they sit in this view
+                own.base = sum(new_lengths.get(s, self.segments[s].length) for s in row.view[:-1])
         return new_lengths
 
-    def _commit(self, new_lengths: dict[int, int]) -> None:
+    def commit(self, new_lengths: dict[int, int]) -> None:
         for seg, length in new_lengths.items():
             self.segments[seg].length = length
 
@@ -140,18 +179,30 @@ class SharedCache:
                 f"{blocks.num_free_blocks} are free",
                 hint="raise kv_cache_mb or free segments",
             )
+        bs = blocks.block_size
         for seg, n in wanted.items():
-            self.segments[seg].blocks += blocks.allocate(n) if n > 0 else []
+            segment = self.segments[seg]
+            segment.blocks += blocks.allocate(n) if n > 0 else []
+            have = len(segment.slots)  # a failed pass may have listed some already
+            segment.slots += [segment.blocks[p // bs] * bs + p % bs for p in range(have, new_lengths[seg])]
 
-    def _place(self, row: SharedRow, new_lengths: dict[int, int]) -> _Placed:
-        """Where one row's tokens go (segment-local positions, cache slots) and what they attend."""
-        bs = self.engine.blocks.block_size
-        segment = self.segments[row.view[-1]]
-        local = range(segment.length, segment.length + len(row.token_ids))
-        slots = [segment.blocks[p // bs] * bs + p % bs for p in local]
+    def place(self, row: SharedRow, new_lengths: dict[int, int]) -> Placed:
+        """Where one row's tokens go (stored positions, cache slots) and what they attend."""
         lengths = [new_lengths.get(s, self.segments[s].length) for s in row.view]
-        tables = [self.segments[s].blocks[: -(-n // bs)] for s, n in zip(row.view, lengths, strict=True)]
-        return _Placed(list(row.token_ids), list(local), slots, RowPlan(tables, lengths, len(row.token_ids)))
+        offsets = list(itertools.accumulate(lengths[:-1], initial=0))
+        own = self.segments[row.view[-1]]
+        assert own.base is not None  # set by prepare
+        local = range(own.length, own.length + len(row.token_ids))
+        segments = [self.segments[s] for s in row.view]
+        plan = RowPlan(
+            slots=[seg.slots[:n] for seg, n in zip(segments, lengths, strict=True)],
+            # an empty segment has no base yet, and no keys to shift
+            shifts=[0 if g.base is None else o - g.base for g, o in zip(segments, offsets, strict=True)],
+            num_new=len(row.token_ids),
+            query_from=offsets[-1] + own.length,
+        )
+        slots = own.slots[own.length : local.stop]
+        return Placed(list(row.token_ids), [own.base + p for p in local], slots, plan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,14 +213,6 @@ class SharedForward:
     rows: Sequence[SharedRow]
     suppress_token_ids: tuple[int, ...] = ()
     greedy: bool = False
-
-
-@dataclass(slots=True)
-class _Placed:
-    ids: list[int]
-    pos: list[int]
-    slots: list[int]
-    plan: RowPlan
 
 
 @torch.inference_mode()
@@ -199,18 +242,18 @@ def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | En
     ready: list[tuple[int, dict[int, int]]] = []
     for i, job in enumerate(jobs):
         try:
-            ready.append((i, job.cache._prepare(job.rows)))
+            ready.append((i, job.cache.prepare(job.rows)))
         except EngineError as exc:
             outcomes[i] = exc
     if not ready:
         return [outcomes[i] for i in range(len(jobs))]
     engine = jobs[ready[0][0]].cache.engine
-    placed = [jobs[i].cache._place(row, lengths) for i, lengths in ready for row in jobs[i].rows]
-    logits = _logits(engine, placed)
+    placed = [jobs[i].cache.place(row, lengths) for i, lengths in ready for row in jobs[i].rows]
+    logits = model_logits(engine, placed)
     start = 0
     for i, lengths in ready:
         job = jobs[i]
-        job.cache._commit(lengths)
+        job.cache.commit(lengths)
         if job.suppress_token_ids:
             logits[start : start + len(job.rows), list(job.suppress_token_ids)] = float("-inf")
         start += len(job.rows)
@@ -222,71 +265,13 @@ def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | En
     return [outcomes[i] for i in range(len(jobs))]
 
 
-def _logits(engine: LLMEngine, rows: Sequence[_Placed]) -> torch.Tensor:
-    """One model forward over the placed rows; the logits [rows, vocab] at each row's last token."""
-    order = sorted(range(len(rows)), key=lambda i: rows[i].plan.num_new > 1)  # 1-token rows first
-    ids: list[int] = []
-    pos: list[int] = []
-    slots: list[int] = []
-    last = [0] * len(rows)
-    for i in order:
-        ids += rows[i].ids
-        pos += rows[i].pos
-        slots += rows[i].slots
-        last[i] = len(ids) - 1
-    runner = engine.runner
-    attend = _attention(engine, [rows[i].plan for i in order], len(ids))
-    meta = AttnMeta(is_prefill=False, slots=runner._tensor(slots))
-    hidden = engine.model.forward(runner._tensor(ids), runner._tensor(pos), meta, engine.cache.kv, attend)
-    return engine.model.logits(hidden[runner._tensor(last)])
-
-
-def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Attend:
-    """The attention of a forward whose rows come in ``plans`` order (1-token rows first)."""
-    bs = engine.blocks.block_size
-    model, cache = engine.model, engine.cache
-    rope = (model.cos, model.sin)
-    num_kv_rows = cache.kv.shape[1]
-    singles = [p for p in plans if p.num_new == 1]
-    groups = [build_group(singles, 0, bs, cache.num_blocks, num_kv_rows, rope)] if singles else []
-    start = len(singles)
-    for plan in plans[len(singles) :]:
-        groups.append(build_group([plan], start, bs, cache.num_blocks, num_kv_rows, rope))
-        start += plan.num_new
-    return shared_attention(
-        groups,
-        num_tokens=num_tokens,
-        num_heads=model.num_heads,
-        num_kv_heads=model.cfg.num_kv_heads,
-        head_dim=model.head_dim,
-        block_size=bs,
-        scale=model.attn_scale,
-        dtype=model.dtype,
-    )
-
-
 def _sample(jobs: Sequence[SharedForward], logits: torch.Tensor) -> list[SharedSample]:
     """Each row's next token with its own session's settings, seed and step (rows in job order)."""
     rows = [(job, row) for job in jobs for row in job.rows]
-    temperatures = [0.0 if job.greedy else job.cache.params.temperature for job, _ in rows]
-    runner = jobs[0].cache.engine.runner
-    batch = SampleBatch(
-        temperature=runner._tensor(temperatures, torch.float32),
-        top_p=runner._tensor([job.cache.params.top_p for job, _ in rows], torch.float32),
-        top_k=runner._tensor([job.cache.params.top_k for job, _ in rows]),
-        seeds=runner._tensor([job.cache.seeds[row.worker] for job, row in rows]),
-        steps=runner._tensor([job.cache.steps[row.worker] for job, row in rows]),
-        is_filtered=any(job.cache.params.top_p < 1.0 or job.cache.params.top_k > 0 for job in jobs),
-        is_greedy_only=all(t == 0.0 for t in temperatures),
-        has_greedy=any(t == 0.0 for t in temperatures),
-        num_top_logprobs=0,
-        wants_logprobs=True,
-    )
-    sampled = sample(logits, batch)
+    draws = [
+        Draw(job.cache.params, job.cache.seeds[row.worker], job.cache.steps[row.worker], job.greedy)
+        for job, row in rows
+    ]
     for job, row in rows:
         job.cache.steps[row.worker] += 1
-    assert sampled.logprobs is not None
-    return [
-        SharedSample(token_id=t, logprob=lp)
-        for t, lp in zip(sampled.token_ids, sampled.logprobs, strict=True)
-    ]
+    return [SharedSample(t, lp) for t, lp in sample_rows(jobs[0].cache.engine.runner, logits, draws)]

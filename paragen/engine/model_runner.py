@@ -19,9 +19,10 @@ class ModelRunner:
         self.block_size = cache.block_size
         self.num_kv_rows = cache.kv.shape[1]  # K heads then V heads
 
-    def _tensor(
+    def tensor(
         self, data: list[int] | list[float] | list[list[int]], dtype: torch.dtype = torch.long
     ) -> torch.Tensor:
+        """Host data on the model's device (the runner's and the Hogwild! sessions' one way in)."""
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
 
     def prepare_prefill(self, seq: Sequence) -> tuple[torch.Tensor, torch.Tensor, AttnMeta]:
@@ -29,10 +30,10 @@ class ModelRunner:
         every = [seq.block_table[p // bs] * bs + p % bs for p in range(seq.num_tokens)]
         slots = every[start:]
         # Over a reused cache (a fork) the new tokens also attend to the cached ones.
-        context = self._tensor(every) if start else None
-        meta = AttnMeta(is_prefill=True, slots=self._tensor(slots), context=context, start=start)
+        context = self.tensor(every) if start else None
+        meta = AttnMeta(is_prefill=True, slots=self.tensor(slots), context=context, start=start)
         positions = list(range(start, seq.num_tokens))
-        return self._tensor(seq.token_ids[start:]), self._tensor(positions), meta
+        return self.tensor(seq.token_ids[start:]), self.tensor(positions), meta
 
     def prepare_decode(self, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, AttnMeta]:
         bs = self.block_size
@@ -40,15 +41,15 @@ class ModelRunner:
         slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(seqs, positions, strict=True)]
         # Rows are padded to the same number of blocks with block 0; the mask hides those slots.
         num_blocks = max(len(seq.block_table) for seq in seqs)
-        tables = self._tensor([seq.block_table + [0] * (num_blocks - len(seq.block_table)) for seq in seqs])
+        tables = self.tensor([seq.block_table + [0] * (num_blocks - len(seq.block_table)) for seq in seqs])
         heads = torch.arange(self.num_kv_rows, device=self.device).unsqueeze(1) * self.cache.num_blocks
         gather = (heads + tables.view(1, -1)).view(-1)
-        lengths = self._tensor(positions) + 1
+        lengths = self.tensor(positions) + 1
         context = num_blocks * bs
         is_full = min(positions) == context - 1  # every row fills its last block: nothing to hide
         mask = None if is_full else self._pad_mask(lengths, context).view(len(seqs), 1, -1)
-        meta = AttnMeta(is_prefill=False, slots=self._tensor(slots), block_size=bs, gather=gather, mask=mask)
-        ids = self._tensor([seq.last_token for seq in seqs])
+        meta = AttnMeta(is_prefill=False, slots=self.tensor(slots), block_size=bs, gather=gather, mask=mask)
+        ids = self.tensor([seq.last_token for seq in seqs])
         return ids, lengths - 1, meta
 
     def _pad_mask(self, lengths: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -59,11 +60,11 @@ class ModelRunner:
         params = [seq.params for seq in seqs]
         temps = [p.temperature for p in params]
         return SampleBatch(
-            temperature=self._tensor(temps, torch.float32),
-            top_p=self._tensor([p.top_p for p in params], torch.float32),
-            top_k=self._tensor([p.top_k for p in params]),
-            seeds=self._tensor([p.seed for p in params]),
-            steps=self._tensor([seq.num_completion_tokens for seq in seqs]),
+            temperature=self.tensor(temps, torch.float32),
+            top_p=self.tensor([p.top_p for p in params], torch.float32),
+            top_k=self.tensor([p.top_k for p in params]),
+            seeds=self.tensor([p.seed for p in params]),
+            steps=self.tensor([seq.num_completion_tokens for seq in seqs]),
             is_filtered=any(p.top_p < 1.0 or p.top_k > 0 for p in params),
             is_greedy_only=not any(temps),
             has_greedy=not all(temps),

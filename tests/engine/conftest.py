@@ -71,3 +71,9 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path
 @pytest.fixture(scope="session")
 def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path:
     return _tiny(tmp_path_factory.mktemp("tiny"), smol_dir, "qwen2")
+
+
+@pytest.fixture(scope="session")
+def long_llama(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path:
+    """The tiny Llama with room for 2k-token views (the steady-state Hogwild! test)."""
+    return _tiny(tmp_path_factory.mktemp("tiny"), smol_dir, "llama", max_positions=2048)

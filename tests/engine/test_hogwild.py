@@ -10,9 +10,9 @@ import torch
 import transformers
 from transformers.models.llama.modeling_llama import rotate_half
 
-from paragen.backends.base import SharedRow
 from paragen.engine.hogwild import SharedCache, SharedForward, forward_together
 from paragen.engine.llm_engine import LLMEngine
+from paragen.engine.shared_types import SharedRow
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
 
@@ -48,8 +48,9 @@ class Reference:
         parts = []
         offset = 0
         for seg in view:
-            slots = _slots(cache, seg)
-            cos, sin = self.model.model.rotary_emb(kv, torch.tensor([[offset]]))  # a pure shift by offset
+            slots = cache.slots(seg)
+            shift = offset - (cache.base(seg) or 0)  # the keys are stored rotated at base + j
+            cos, sin = self.model.model.rotary_emb(kv, torch.tensor([[shift]]))  # a pure shift
             parts.append((slots, cos[0, 0], sin[0, 0]))
             offset += len(slots)
         for layer in range(kv.shape[0]):
@@ -66,11 +67,6 @@ class Reference:
         out = self.model(torch.tensor([ids]), use_cache=True, **{cache_arg: past})
         logits: torch.Tensor = out.logits[0, -1]
         return logits
-
-
-def _slots(cache: SharedCache, seg: int) -> list[int]:
-    bs, segment = cache.engine.blocks.block_size, cache.segments[seg]
-    return [segment.blocks[p // bs] * bs + p % bs for p in range(segment.length)]
 
 
 def tokens(engine: LLMEngine) -> dict[str, list[int]]:

@@ -1,0 +1,100 @@
+"""One model forward over the placed rows of Hogwild! sessions, and their samples.
+
+``hogwild.py`` decides where each row's tokens go and what they attend (a ``Placed`` row); this
+module turns placed rows into the model's forward (the shared attention's groups: all one-token
+rows in one batch, each longer row alone) and samples each row with its own settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from paragen.engine.attention import Attend, AttnMeta
+from paragen.engine.llm_engine import LLMEngine
+from paragen.engine.model_runner import ModelRunner
+from paragen.engine.sampler import SampleBatch, sample
+from paragen.engine.shared_attention import RowPlan, build_group, shared_attention
+from paragen.types import SamplingParams
+
+
+@dataclass(slots=True)
+class Placed:
+    ids: list[int]
+    pos: list[int]
+    slots: list[int]
+    plan: RowPlan
+
+
+def model_logits(engine: LLMEngine, rows: Sequence[Placed]) -> torch.Tensor:
+    """One model forward over the placed rows; the logits [rows, vocab] at each row's last token."""
+    order = sorted(range(len(rows)), key=lambda i: rows[i].plan.num_new > 1)  # 1-token rows first
+    ids: list[int] = []
+    pos: list[int] = []
+    slots: list[int] = []
+    last = [0] * len(rows)
+    for i in order:
+        ids += rows[i].ids
+        pos += rows[i].pos
+        slots += rows[i].slots
+        last[i] = len(ids) - 1
+    runner = engine.runner
+    attend = _attention(engine, [rows[i].plan for i in order], len(ids))
+    meta = AttnMeta(is_prefill=False, slots=runner.tensor(slots))
+    hidden = engine.model.forward(runner.tensor(ids), runner.tensor(pos), meta, engine.cache.kv, attend)
+    return engine.model.logits(hidden[runner.tensor(last)])
+
+
+def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Attend:
+    """The attention of a forward whose rows come in ``plans`` order (1-token rows first)."""
+    model, cache = engine.model, engine.cache
+    build = partial(build_group, num_slots=cache.num_blocks * cache.block_size, num_kv_rows=cache.kv.shape[1])
+    tables = (model.cos, model.sin)
+    singles = [p for p in plans if p.num_new == 1]
+    groups = [build(singles, 0, tables=tables)] if singles else []
+    start = len(singles)
+    for plan in plans[len(singles) :]:
+        groups.append(build([plan], start, tables=tables))
+        start += plan.num_new
+    return shared_attention(
+        groups,
+        num_tokens=num_tokens,
+        num_heads=model.num_heads,
+        num_kv_heads=model.cfg.num_kv_heads,
+        head_dim=model.head_dim,
+        scale=model.attn_scale,
+        dtype=model.dtype,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """How one row samples: its session's settings, its worker's seed and step, greedy or not."""
+
+    params: SamplingParams
+    seed: int
+    step: int
+    greedy: bool
+
+
+def sample_rows(runner: ModelRunner, logits: torch.Tensor, draws: list[Draw]) -> list[tuple[int, float]]:
+    """Each row's next token and its logprob."""
+    temperatures = [0.0 if d.greedy else d.params.temperature for d in draws]
+    batch = SampleBatch(
+        temperature=runner.tensor(temperatures, torch.float32),
+        top_p=runner.tensor([d.params.top_p for d in draws], torch.float32),
+        top_k=runner.tensor([d.params.top_k for d in draws]),
+        seeds=runner.tensor([d.seed for d in draws]),
+        steps=runner.tensor([d.step for d in draws]),
+        is_filtered=any(d.params.top_p < 1.0 or d.params.top_k > 0 for d in draws),
+        is_greedy_only=all(t == 0.0 for t in temperatures),
+        has_greedy=any(t == 0.0 for t in temperatures),
+        num_top_logprobs=0,
+        wants_logprobs=True,
+    )
+    sampled = sample(logits, batch)
+    assert sampled.logprobs is not None
+    return list(zip(sampled.token_ids, sampled.logprobs, strict=True))
