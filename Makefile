@@ -79,6 +79,7 @@ bench: setup
 	$(PY) benchmarks/openai_backend.py
 	$(PY) benchmarks/serve.py
 	$(PY) benchmarks/serve_layers.py
+	$(PY) benchmarks/hedge.py
 
 lock: setup setup-vllm
 	$(PIP) freeze --exclude-editable | grep -v '^#' > $(LOCK)
