@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from collections import defaultdict, deque
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -61,7 +62,7 @@ class WrapperBackend:
         await self.inner.aclose()
 
 
-class _StreamContext:
+class _StreamContext(ABC):
     """Base of the wrappers' stream contexts: an exit stack entered and left by the caller.
 
     Subclasses open their stream in ``_enter``. When that raises, the caller never calls
@@ -72,8 +73,9 @@ class _StreamContext:
     def __init__(self) -> None:
         self._stack = AsyncExitStack()
 
+    @abstractmethod
     async def _enter(self) -> CompletionStream:
-        raise NotImplementedError
+        """Open the stream, putting what must be given back on ``self._stack``."""
 
     async def __aenter__(self) -> CompletionStream:
         try:
