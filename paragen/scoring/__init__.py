@@ -1,0 +1,30 @@
+"""Verifiers for search strategies: process and outcome reward models and the LLM-as-verifier."""
+
+from paragen.scoring.base import (
+    DEFAULT_STEP_TAG,
+    PRM_SYSTEM,
+    ScoreRequest,
+    Scorer,
+    ScorerError,
+    ScorerKind,
+    StepScores,
+    parse_scorer_spec,
+    prm_messages,
+)
+from paragen.scoring.pool import LLM_VERIFIER, Scorers, build_scorer, check_scorer_spec
+
+__all__ = [
+    "DEFAULT_STEP_TAG",
+    "LLM_VERIFIER",
+    "PRM_SYSTEM",
+    "ScoreRequest",
+    "Scorer",
+    "ScorerError",
+    "ScorerKind",
+    "Scorers",
+    "StepScores",
+    "build_scorer",
+    "check_scorer_spec",
+    "parse_scorer_spec",
+    "prm_messages",
+]

@@ -1,0 +1,82 @@
+"""Open scorers by spec, once per process part that owns them, and close them together.
+
+A PRM is a model: opening one per request (``paragen serve``) or per problem (a sweep) would
+load it again each time. Whoever owns an Orchestrator owns its :class:`Scorers` (or lets the
+Orchestrator make one and close it with ``aclose()``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+from paragen.errors import ConfigError
+from paragen.scoring.base import SPEC_HINT, Scorer, parse_scorer_spec
+
+LLM_VERIFIER = "llm"
+# kind -> "module:Class"; each class is built as Class(target, **options) and may have ``async open()``.
+SCORER_KINDS: dict[str, str] = {
+    "engine": "paragen.scoring.engine:EngineScorer",
+    "vllm": "paragen.scoring.vllm_inproc:VLLMScorer",
+    "vllm-server": "paragen.scoring.vllm_server:VLLMServerScorer",
+}
+
+
+def build_scorer(spec: str) -> Scorer:
+    """A scorer from its spec, not yet opened (``llm`` is not an object: ``ctx.score`` runs it)."""
+    kind, target, options = parse_scorer_spec(spec)
+    if kind not in SCORER_KINDS:
+        raise ConfigError(f"unknown scorer {spec!r}", hint=SPEC_HINT)
+    if not target:
+        raise ConfigError(f"scorer {kind!r} needs a target ({kind}:...)", hint=SPEC_HINT)
+    module_name, _, class_name = SCORER_KINDS[kind].partition(":")
+    cls: Any = getattr(importlib.import_module(module_name), class_name)
+    try:
+        scorer: Scorer = cls(target, **options)
+    except TypeError as exc:  # an option the scorer does not take
+        raise ConfigError(f"scorer {spec!r}: {exc}", hint=SPEC_HINT) from exc
+    return scorer
+
+
+def check_scorer_spec(spec: str) -> str:
+    """``spec`` if it names a known scorer (for config validators; opening it checks the rest)."""
+    kind, target, _ = parse_scorer_spec(spec)
+    if kind == LLM_VERIFIER and target is None:
+        return spec
+    if kind not in SCORER_KINDS:
+        raise ConfigError(f"unknown scorer {spec!r}", hint=SPEC_HINT)
+    if not target:
+        raise ConfigError(f"scorer {kind!r} needs a target ({kind}:...)", hint=SPEC_HINT)
+    return spec
+
+
+class Scorers:
+    """The scorers opened so far, by spec; ``given`` ones (a test's scripted scorer) are used as they are."""
+
+    def __init__(self, given: Mapping[str, Scorer] | None = None) -> None:
+        self._given = dict(given or {})
+        self._opened: dict[str, Scorer] = {}
+        self._lock = anyio.Lock()
+
+    async def get(self, spec: str) -> Scorer:
+        """The scorer for ``spec``, opened on first use (a wrong path or URL fails here, once)."""
+        if spec in self._given:
+            return self._given[spec]
+        async with self._lock:
+            if spec not in self._opened:
+                scorer = build_scorer(spec)
+                opener = getattr(scorer, "open", None)
+                if opener is not None:
+                    await opener()
+                self._opened[spec] = scorer
+            return self._opened[spec]
+
+    async def aclose(self) -> None:
+        """Close what this pool opened (given scorers belong to whoever gave them)."""
+        opened, self._opened = list(self._opened.values()), {}
+        for scorer in opened:
+            with anyio.CancelScope(shield=True):
+                await scorer.aclose()
