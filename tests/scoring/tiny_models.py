@@ -1,0 +1,106 @@
+"""Tiny random-initialised reward models in HF format, for the scorer tests (engine and vLLM load them).
+
+- a PRM shaped like Qwen2.5-Math-PRM (``Qwen2ForProcessRewardModel``: the Qwen2 body, then
+  ``score`` = Linear(h, h), ReLU, Linear(h, 2)), scored at its ``<extra_0>`` step tags;
+- an ORM (``Qwen2ForSequenceClassification`` with one label: a reward read at the last token).
+
+Both use SmolLM2's tokenizer (and chat template) with ``<extra_0>`` added, since no Qwen weights
+or tokenizer can be downloaded here. Weights are random, so scores mean nothing; they exist to be
+equal across the engine, vLLM in-process and ``vllm serve``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+STEP_TAG = "<extra_0>"
+
+
+def _tokenizer(smol: Path) -> transformers.PreTrainedTokenizerBase:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(smol)
+    tokenizer.add_special_tokens({"additional_special_tokens": [STEP_TAG]})
+    return tokenizer
+
+
+def _config(tokenizer: transformers.PreTrainedTokenizerBase, **extra: object) -> transformers.Qwen2Config:
+    return transformers.Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        rope_theta=10000.0,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        tie_word_embeddings=False,
+        **extra,
+    )
+
+
+def _randomise(module: torch.nn.Module) -> None:
+    with torch.no_grad():  # larger than HF's init, so scores spread and a wrong position shows
+        for name, param in module.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0.0, 0.5)
+            elif param.dim() == 2:
+                param.normal_(0.0, 0.2)
+
+
+def build_tiny_prm(out: Path, smol: Path) -> Path:
+    """A Qwen2ForProcessRewardModel checkpoint at ``out`` (safetensors, config, tokenizer)."""
+    torch.manual_seed(0)
+    tokenizer = _tokenizer(smol)
+    config = _config(tokenizer, num_labels=2)
+    body = transformers.Qwen2Model(config)
+    _randomise(body)
+    hidden = config.hidden_size
+    score = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2))
+    _randomise(score)
+    tensors = {f"model.{k}": v.contiguous() for k, v in body.state_dict().items()}
+    tensors.update({f"score.{k}": v.contiguous() for k, v in score.state_dict().items()})
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    data = config.to_dict()
+    data["architectures"] = ["Qwen2ForProcessRewardModel"]
+    data["torch_dtype"] = "float32"
+    (out / "config.json").write_text(json.dumps(data, indent=2))
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def build_tiny_orm(out: Path, smol: Path) -> Path:
+    """A Qwen2ForSequenceClassification checkpoint with one label (an outcome reward)."""
+    torch.manual_seed(1)
+    tokenizer = _tokenizer(smol)
+    config = _config(tokenizer, num_labels=1)
+    model = transformers.Qwen2ForSequenceClassification(config)
+    _randomise(model)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def hf_prm_step_scores(path: Path, text: str) -> list[float]:
+    """The reference: P(class 1) at each step tag of ``text``, computed with transformers' Qwen2Model."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    config = transformers.Qwen2Config.from_pretrained(path)
+    body = transformers.Qwen2Model(config)
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path / "model.safetensors"))
+    body.load_state_dict({k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")})
+    hidden = config.hidden_size
+    score = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2))
+    score.load_state_dict({k.removeprefix("score."): v for k, v in tensors.items() if k.startswith("score.")})
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+    with torch.no_grad():
+        probs = score(body(ids).last_hidden_state[0]).softmax(-1)[:, 1]
+    tag = tokenizer.convert_tokens_to_ids(STEP_TAG)
+    return [float(p) for p, t in zip(probs, ids[0], strict=True) if int(t) == tag]
