@@ -22,6 +22,7 @@ SCORER_KINDS: dict[str, str] = {
     "engine": "paragen.scoring.engine:EngineScorer",
     "vllm": "paragen.scoring.vllm_inproc:VLLMScorer",
     "vllm-server": "paragen.scoring.vllm_server:VLLMServerScorer",
+    "scripted": "paragen.scoring.scripted:scorer_from_file",  # tests, benchmarks, model-free demos
 }
 
 

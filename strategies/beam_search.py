@@ -1,0 +1,68 @@
+"""Beam search with a process verifier (Snell et al. 2024, "Scaling LLM test-time compute optimally";
+HF search-and-learn).
+
+N beams in all, M expansions each: the first depth samples N first steps; every later depth, each
+of the N/M beams kept proposes M next steps. Every proposal is scored (the PRM sees all steps so
+far; their scores aggregated by ``aggregate``) as soon as it is written. Proposals that end their
+solution join the finished pool whatever their rank (as search-and-learn keeps its completed
+beams); of the others the N/M best-valued are kept, ties to the earlier sample. The search stops
+at ``max_depth``, when nothing is left to grow, or as soon as N solutions have finished: the
+samples still running then are cancelled ("early-finish"). The answer is the weighted vote
+(``weighting``) over the N best-valued finished solutions, or over the beams left if none finished.
+"""
+
+from __future__ import annotations
+
+from paragen import BaseStrategy, RunContext
+from paragen.types import Problem, StrategyResult
+from strategies.search_common import Path, TreeFields, weighted_finish
+from strategies.search_steps import StepSearch, check_continuation
+
+
+class BeamSearchConfig(TreeFields):
+    """N (``n``, what ``-n`` sets) beams in all, M (``m``) expansions each: N/M beams kept per depth."""
+
+
+def rank(paths: list[Path], cfg: TreeFields) -> list[Path]:
+    """Best value first; among equals the earlier sample (the lower trace id) first."""
+    return sorted(paths, key=lambda p: (-p.value(cfg.aggregate), p.last_id))
+
+
+class BeamSearch(BaseStrategy[BeamSearchConfig]):
+    """Keep the N/M best partial solutions, each proposing M next steps, until N have finished."""
+
+    name = "beam_search"
+    Config = BeamSearchConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        cfg = self.config
+        check_continuation(ctx)
+        search = StepSearch(ctx, cfg, problem.question)
+        active, finished, depth = [Path()], list[Path](), 0
+        for depth in range(cfg.max_depth):
+            grown = await search.expand(
+                active, cfg.n if depth == 0 else cfg.m, depth=depth, stop_after=cfg.n - len(finished)
+            )
+            proposals = [p for found in grown for p in found]
+            finished += [p for p in proposals if p.finished]
+            active = self._select(ctx, search, [p for p in proposals if not p.finished], depth)
+            if len(finished) >= cfg.n or not active:
+                break
+        leaves = rank(finished, cfg)[: cfg.n] or active
+        metrics = {"depth": float(depth + 1), "finished": float(len(finished))}
+        return weighted_finish(ctx, leaves, cfg, metrics=metrics)
+
+    def _select(self, ctx: RunContext, search: StepSearch, open_paths: list[Path], depth: int) -> list[Path]:
+        """The N/M best unfinished proposals; the others are marked dropped (they ended already)."""
+        ranked = rank(open_paths, self.config)
+        width = self.config.n // self.config.m
+        kept, dropped = ranked[:width], ranked[width:]
+        for path in dropped:
+            search.traces[path.last_id].meta["search"] = f"dropped at depth {depth}"
+        ctx.emit(
+            "beam_search: selected",
+            depth=depth,
+            kept={p.last_id: p.value(self.config.aggregate) for p in kept},
+            dropped={p.last_id: p.value(self.config.aggregate) for p in dropped},
+        )
+        return kept

@@ -1,0 +1,53 @@
+"""Weighted best-of-N (Snell et al. 2024; HF search-and-learn) and plain best-of-N with a verifier.
+
+``n`` independent solutions; each is scored the moment it finishes, while the others still run
+(a PRM gets its steps, split at ``delimiter``; the LLM-as-verifier rates the whole solution as
+one step). A solution's value is its step scores aggregated (``aggregate``); the answer whose
+solutions' values sum highest wins (``weighting="sum"``), or the single best-valued solution's
+(``"max"``). Every sample trace keeps its step scores (``trace.scores``), so an eval bank can
+re-weigh offline with another aggregate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from paragen import BaseStrategy, RunContext
+from paragen.scoring import LLM_VERIFIER
+from paragen.types import Problem, StrategyResult, Trace
+from strategies.search_common import Path, VerifierFields, split_steps, weighted_finish
+from strategies.toolkit import annotate, overrides, solve_request
+
+
+class WeightedBoNConfig(VerifierFields):
+    n: int = Field(default=16, ge=1, le=4096, description="independent solutions")
+    max_tokens: int | None = Field(default=None, gt=0, description="per solution; None = run default")
+
+
+class WeightedBoN(BaseStrategy[WeightedBoNConfig]):
+    """n samples at once, each scored as it finishes; the answer with the largest summed value wins."""
+
+    name = "weighted_bon"
+    Config = WeightedBoNConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        cfg = self.config
+        params: dict[str, Any] = overrides(cfg.temperature, cfg.top_p, cfg.max_tokens)
+        request = solve_request(ctx, problem.question, n=cfg.n, **params)
+        scored: list[Path] = []
+        async with ctx.concurrently() as children, ctx.fanout(request) as fan:
+            async for trace in fan:
+                if annotate(trace).is_ok:
+                    children.start(self._score, ctx, trace, scored)
+        scored.sort(key=lambda p: p.last_id)
+        return weighted_finish(ctx, scored, cfg, metrics={"scored": float(len(scored))})
+
+    async def _score(self, ctx: RunContext, trace: Trace, scored: list[Path]) -> None:
+        cfg = self.config
+        steps = (trace.text,) if cfg.verifier == LLM_VERIFIER else split_steps(trace.text, cfg.delimiter)
+        verdict = await ctx.score(steps, verifier=cfg.verifier, parents=[trace.id], label="score")
+        trace.scores = list(verdict.steps)
+        path = Path((trace.text,), (trace.id,), tuple(verdict.steps), finished=True, answer=trace.answer)
+        scored.append(path)
