@@ -3,8 +3,8 @@
 from paragen.scoring.base import (
     DEFAULT_STEP_TAG,
     PRM_SYSTEM,
-    ScoreRequest,
     Scorer,
+    ScoreRequest,
     ScorerError,
     ScorerKind,
     StepScores,
