@@ -2,7 +2,8 @@
 
 From the raw samples of each record this computes majority@k (the exact expectation
 over all k-subsets, see :func:`evals.metrics.expected_maj_at_k`), best-of-n under any
-scorer, and DeepConf-offline (confidence-filtered, confidence-weighted voting).
+scorer, DeepConf-offline (confidence-filtered, confidence-weighted voting), and weighted
+best-of-k from a verifier's recorded scores (:mod:`evals.bank_weighted`).
 
 Samples are taken in the order they finished, which is the order a live vote sees them,
 and voted on with the live tie rule (NO_ANSWER ignored, ties to the first seen): so
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from evals import bank_weighted
 from evals.metrics import bootstrap_ci, expected_maj_at_k
 from paragen.answers import extract_answer
 from paragen.types import Trace
@@ -162,6 +164,10 @@ def offline_rows(
         for keep in (0.9, 0.1):
             scores = [float(deepconf_offline(b, verdicts, keep=keep)) for b in bank]
             rows.append(_row(source, f"deepconf_offline(keep={keep})", n, scores))
+    if n >= 2 and bank_weighted.has_scores(bank):  # a verifier scored every sample (weighted_bon)
+        for method, k, how in bank_weighted.weighted_methods(n):
+            scores = [bank_weighted.expected_weighted(b, k, how, verdicts) for b in bank]
+            rows.append(_row(source, method, k, scores))
     return rows
 
 

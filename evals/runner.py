@@ -212,7 +212,16 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     )
     # Opened (and probed) before the run folder is touched: a server that cannot be reached or
     # does not speak the API is one error here, not a folder of error records.
+    try:
+        return await _sweep(spec, orch)
+    finally:
+        await orch.aclose()
+
+
+async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
     await orch.open()
+    for combo in spec.combos:  # a reward model that cannot be loaded fails here, before any record
+        await orch.open_verifiers(combo.strategy)
     run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
     writer = RecordWriter.open(spec.out)
     write_run_info(spec.out, run_info)

@@ -20,6 +20,7 @@ from paragen.errors import (
 from paragen.fanout import Fanout
 from paragen.live import LiveSample, Monitor
 from paragen.orchestrator import Orchestrator
+from paragen.scoring import Scorer, ScoreRequest, Scorers, StepScores
 from paragen.shared import SharedWorkers
 from paragen.strategy import BaseStrategy, Strategy, StrategyConfig, build_strategy, parallel_samples
 from paragen.types import (
@@ -62,9 +63,13 @@ __all__ = [
     "RunContext",
     "RunUsage",
     "SamplingParams",
+    "ScoreRequest",
+    "Scorer",
+    "Scorers",
     "SharedRow",
     "SharedSample",
     "SharedWorkers",
+    "StepScores",
     "Strategy",
     "StrategyConfig",
     "StrategyResult",

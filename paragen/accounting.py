@@ -39,6 +39,7 @@ def summarize(traces: Sequence[Trace], *, latency_s: float) -> RunUsage:
     samples = [t for t in traces if t.kind == "sample"]
     judges = [t for t in traces if t.kind == "judge"]
     probes = [t for t in traces if t.kind == "probe"]
+    scores = [t for t in traces if t.kind == "score"]
     first_tokens = [t.first_token for t in samples if t.first_token is not None]
     cached = [t.cached_prompt_tokens for t in traces if t.cached_prompt_tokens is not None]
     sources: list[CountSource] = sorted({t.count_source for t in traces if t.kind != "tool"})
@@ -52,6 +53,8 @@ def summarize(traces: Sequence[Trace], *, latency_s: float) -> RunUsage:
         judge_tokens=sum(t.completion_tokens + t.prompt_tokens for t in judges),
         probe_tokens=sum(t.completion_tokens for t in probes),
         num_probes=len(probes),
+        score_tokens=sum(t.completion_tokens + t.prompt_tokens for t in scores),
+        num_scores=len(scores),
         num_samples=len(samples),
         num_cancelled=sum(t.status in ("cancelled", "pruned") for t in samples),
         num_errors=sum(t.status == "error" for t in samples),

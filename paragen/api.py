@@ -32,10 +32,12 @@ async def asolve(
     problem = question if isinstance(question, Problem) else Problem(question=question)
     chosen = build_strategy(strategy, options) if isinstance(strategy, str) else strategy
     if not isinstance(backend, str):
-        return await Orchestrator(backend, defaults=sampling, budget=budget).run(chosen, problem)
+        async with Orchestrator(backend, defaults=sampling, budget=budget) as orchestrator:
+            return await orchestrator.run(chosen, problem)
     built = build_backend(backend)
     try:
-        return await Orchestrator(built, defaults=sampling, budget=budget).run(chosen, problem)
+        async with Orchestrator(built, defaults=sampling, budget=budget) as orchestrator:
+            return await orchestrator.run(chosen, problem)
     finally:
         await built.aclose()
 

@@ -36,8 +36,10 @@ def execute_run(
 
     async def go() -> StrategyResult:
         try:
-            orchestrator = Orchestrator(backend, defaults=sampling, budget=budget, on_event=view.on_event)
-            return await orchestrator.run(strategy, problem)
+            async with Orchestrator(
+                backend, defaults=sampling, budget=budget, on_event=view.on_event
+            ) as orchestrator:
+                return await orchestrator.run(strategy, problem)
         finally:
             await backend.aclose()
 

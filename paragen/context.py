@@ -38,6 +38,9 @@ from paragen.events import Note
 from paragen.fanout import Fanout, ToolSpan
 from paragen.ledger import Account, BudgetView, Clock, Ledger
 from paragen.live import LiveSample, Monitor, continuation, stop_sample
+from paragen.scoring.base import ScoreRequest, ScorerError, StepScores
+from paragen.scoring.llm import verdict_score, verify_messages
+from paragen.scoring.pool import LLM_VERIFIER, Scorers
 from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
 
 if TYPE_CHECKING:
@@ -65,11 +68,13 @@ class RunContext:
         ledger: Ledger | None = None,
         strategy_name: str = "",
         label_prefix: str = "",
+        scorers: Scorers | None = None,
     ) -> None:
         self.problem = problem
         self.defaults = defaults or SamplingParams()
         self.strategy_name = strategy_name
         self._backend = backend
+        self._scorers = scorers or Scorers()
         self._ledger = ledger or Ledger(Budget(), None)
         self._account = Account(backend, self._ledger, problem.id, label_prefix)
         self.budget = BudgetView(self._ledger)
@@ -206,6 +211,66 @@ class RunContext:
         fan = Fanout(self._account, [request], label, [live.trace.id], None, None, "probe")
         return await fan.one()
 
+    async def score(
+        self,
+        steps: Sequence[str],
+        *,
+        verifier: str = LLM_VERIFIER,
+        question: str | None = None,
+        whole: bool = False,
+        parents: Sequence[int] = (),
+        label: str = "score",
+    ) -> StepScores:
+        """A verifier's scores of a solution's ``steps`` (the last is the newest) for ``question``
+        (default: the problem's). A process reward model rates every step, an outcome reward model
+        the whole; ``verifier="llm"`` asks the run's own backend whether the last step (or, with
+        ``whole``, the whole solution) is correct. Any other ``verifier`` is a scorer spec
+        (``engine:PATH``, ``vllm:PATH``, ``vllm-server:URL``) opened once by the run's Scorers, or
+        the name of a Scorer given to the Orchestrator.
+
+        Each call is a trace of kind "score" (``parents``: the samples it rated), its tokens in
+        ``usage.score_tokens``, never in ``total_tokens``; cancelling the run cancels it. A
+        scorer that fails raises ScorerError (the run ends as a backend failure).
+        """
+        request = ScoreRequest(
+            question=self.problem.question if question is None else question, steps=tuple(steps)
+        )
+        if verifier == LLM_VERIFIER:
+            return await self._verify(request, whole, parents, label)
+        scorer = await self._scorers.get(verifier)
+        async with ToolSpan(
+            self._account, label, {"verifier": verifier}, kind="score", parents=parents
+        ) as trace:
+            scores = await scorer.score(request)
+            trace.prompt_tokens, trace.completion_tokens = scores.prompt_tokens, scores.completion_tokens
+            trace.count_source = scores.count_source
+            trace.meta["scores"] = list(scores.steps)
+        return scores
+
+    async def _verify(
+        self, request: ScoreRequest, whole: bool, parents: Sequence[int], label: str
+    ) -> StepScores:
+        if not self.capabilities.logprobs:
+            raise ConfigError(
+                "the LLM-as-verifier needs a backend that returns logprobs",
+                hint="use the engine, vLLM or a server with logprobs, or set verifier to a reward model",
+            )
+        messages = verify_messages(request.question, request.steps, whole=whole)
+        # One greedy token: its log-probability is the verdict (see paragen.scoring.llm).
+        ask = self.request(messages=messages, max_tokens=1, temperature=0.0, logprobs=True, stop=())
+        fan = Fanout(self._account, [ask], label, list(parents), None, None, "score")
+        trace = await fan.one()
+        if trace.status == "error":
+            raise ScorerError(f"the LLM-as-verifier's call failed: {trace.error}")
+        score = verdict_score(trace)
+        trace.meta.update(verifier=LLM_VERIFIER, scores=[score])
+        return StepScores(
+            steps=(score,),
+            prompt_tokens=trace.prompt_tokens,
+            completion_tokens=trace.completion_tokens,
+            count_source=trace.count_source,
+        )
+
     async def conclude(self, live: LiveSample, reason: str) -> None:
         """Stop a running sample whose answer is already known (a probe settled it): its trace ends
         with status "ok" and ``cancel_reason`` = ``reason``; its tokens are not wasted ones."""
@@ -236,6 +301,7 @@ class RunContext:
             ledger=self._ledger,
             strategy_name=strategy.name,
             label_prefix=f"{self.label_prefix}{label or strategy.name}/",
+            scorers=self._scorers,
         )
         result = await strategy.run(child.problem, child)
         self._account.traces.extend(child._account.traces)

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import inspect
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any
@@ -274,11 +274,20 @@ class Fanout:
 
 
 class ToolSpan:
-    """Times one tool call as a trace of kind "tool"; an exception marks it "error" and propagates."""
+    """Times one tool call (or a scorer's call: ``kind="score"``) as a trace of its own; an
+    exception marks it "error" and propagates."""
 
-    def __init__(self, account: Account, label: str, meta: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        account: Account,
+        label: str,
+        meta: dict[str, Any],
+        *,
+        kind: str = "tool",
+        parents: Sequence[int] = (),
+    ) -> None:
         self._account = account
-        self._trace = account.new_trace(label, "tool", [])
+        self._trace = account.new_trace(label, kind, list(parents))
         self._trace.meta.update(meta)
 
     async def __aenter__(self) -> Trace:

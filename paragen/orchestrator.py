@@ -25,6 +25,7 @@ from paragen.context import RunContext
 from paragen.events import EventSink, RunEnded
 from paragen.ledger import Ledger
 from paragen.outcome import StopReason, classify, leaves
+from paragen.scoring.pool import LLM_VERIFIER, Scorers
 from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
@@ -40,6 +41,7 @@ class Orchestrator:
         budget: Budget | None = None,
         max_concurrent_problems: int = 8,
         on_event: EventSink | None = None,
+        scorers: Scorers | None = None,
     ) -> None:
         if max_concurrent_problems <= 0:
             raise ValueError("max_concurrent_problems must be positive")
@@ -48,7 +50,29 @@ class Orchestrator:
         self.budget = budget or Budget()
         self.limit = max_concurrent_problems
         self.on_event = on_event
+        # The verifiers strategies score with (reward models are loaded once, not per run); a pool
+        # given here is the caller's to close, one made here closes with aclose().
+        self.scorers = scorers or Scorers()
+        self._owns_scorers = scorers is None
         self._opened = False
+
+    async def __aenter__(self) -> Orchestrator:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the scorers this orchestrator opened (the backend is the caller's)."""
+        if self._owns_scorers:
+            await self.scorers.aclose()
+
+    async def open_verifiers(self, strategy: Strategy) -> None:
+        """Open the reward models ``strategy``'s config names (``verifier``), as a backend is opened:
+        a wrong path or URL fails here, once, before any sample."""
+        spec = getattr(strategy.config, "verifier", None)
+        if isinstance(spec, str) and spec != LLM_VERIFIER:
+            await self.scorers.get(spec)
 
     async def open(self) -> None:
         """Open the backend once, before any strategy reads its capabilities (run() and
@@ -65,9 +89,15 @@ class Orchestrator:
         itself, unwrapped from the exception groups it crossed, with its own traceback.
         """
         await self.open()
+        await self.open_verifiers(strategy)
         ledger = Ledger(self.budget, self.on_event)
         ctx = RunContext(
-            self.backend, problem, defaults=self.defaults, ledger=ledger, strategy_name=strategy.name
+            self.backend,
+            problem,
+            defaults=self.defaults,
+            ledger=ledger,
+            strategy_name=strategy.name,
+            scorers=self.scorers,
         )
         result, stop_reason, error = await self._execute(strategy, problem, ctx)
         if ledger.budget_hit and stop_reason == "done" and result is None:
@@ -176,6 +206,7 @@ class Orchestrator:
         Cancellation (and KeyboardInterrupt) still ends them all.
         """
         await self.open()
+        await self.open_verifiers(strategy)
         send, recv = anyio.create_memory_object_stream[tuple[int, StrategyResult | Exception]](math.inf)
         limiter = anyio.CapacityLimiter(self.limit)
 

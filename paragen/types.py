@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
 TraceStatus = Literal["ok", "cancelled", "pruned", "error"]
-TraceKind = Literal["sample", "judge", "tool", "probe"]
+TraceKind = Literal["sample", "judge", "tool", "probe", "score"]
 CountSource = Literal["server", "token_ids", "tokenizer", "estimate", "none"]
 
 _request_ids = itertools.count()
@@ -224,6 +224,9 @@ class Trace(Model):
     tool_calls: list[dict[str, Any]] | None = None  # the function calls it made (OpenAI's format)
     hedges: int = 0  # hedged copies of its request (see Usage)
     hedged_tokens: int = 0  # what the losing copies streamed; not in completion_tokens
+    # A verifier's scores of this sample's steps (search strategies set them), so the eval bank can
+    # re-score weighted best-of-N offline; the score traces themselves are kind "score".
+    scores: list[float] | None = None
 
     @property
     def is_ok(self) -> bool:
@@ -246,6 +249,9 @@ class RunUsage(Model):
     ``total_tokens``; their prompt tokens are in ``prompt_tokens`` like every trace's.
     ``hedged_tokens`` are the tokens hedged requests' losing copies streamed before they
     were closed: part of ``total_tokens`` and ``wasted_tokens``, never of a trace's text.
+    A verifier's work (kind "score": a reward model's call, or the generator asked whether a
+    step is correct) is counted apart as well: ``score_tokens`` are the tokens it read and wrote
+    (prompt and completion), ``num_scores`` its calls; its time is in the latency like any wait.
     """
 
     total_tokens: int = 0
@@ -256,6 +262,8 @@ class RunUsage(Model):
     judge_tokens: int = 0
     probe_tokens: int = 0
     num_probes: int = 0
+    score_tokens: int = 0
+    num_scores: int = 0
     num_samples: int = 0
     num_cancelled: int = 0
     num_errors: int = 0

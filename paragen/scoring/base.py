@@ -79,7 +79,9 @@ class Scorer(Protocol):
     async def aclose(self) -> None: ...
 
 
-def prm_messages(question: str, steps: Sequence[str], step_tag: str = DEFAULT_STEP_TAG) -> list[dict[str, str]]:
+def prm_messages(
+    question: str, steps: Sequence[str], step_tag: str = DEFAULT_STEP_TAG
+) -> list[dict[str, str]]:
     """The chat a PRM scores: render it with the chat template, no generation prompt.
 
     Each step is stripped and followed by ``step_tag``; a step that already contains the tag
@@ -115,4 +117,6 @@ def parse_scorer_spec(spec: str) -> tuple[str, str | None, dict[str, str]]:
     return kind, (target if sep else None), options
 
 
-SPEC_HINT = "scorers: llm, engine:PATH, vllm:PATH, vllm-server:URL (options after '?', e.g. ?step_tag=<extra_0>)"
+SPEC_HINT = (
+    "scorers: llm, engine:PATH, vllm:PATH, vllm-server:URL (options after '?', e.g. ?step_tag=<extra_0>)"
+)

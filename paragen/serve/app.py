@@ -149,7 +149,8 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def create_app(backend: Backend, config: ServeConfig, *, close_backend: bool = True) -> Starlette:
     """The app serving ``backend``; with ``close_backend`` the backend is closed at shutdown."""
-    handlers = Handlers(Service(backend, config))
+    service = Service(backend, config)
+    handlers = Handlers(service)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -159,6 +160,7 @@ def create_app(backend: Backend, config: ServeConfig, *, close_backend: bool = T
                 yield
                 tg.cancel_scope.cancel()
         finally:
+            await service.scorers.aclose()
             if close_backend:
                 await backend.aclose()
 

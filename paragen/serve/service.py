@@ -19,6 +19,7 @@ from paragen.backends.base import Backend
 from paragen.errors import ParagenError
 from paragen.events import SampleEnded, SampleStarted
 from paragen.orchestrator import Orchestrator
+from paragen.scoring.pool import Scorers
 from paragen.serve.config import ServeConfig
 from paragen.serve.errors import APIError, from_paragen, rate_limited, strategy_failed
 from paragen.serve.passthrough import TextSink
@@ -57,6 +58,8 @@ class Service:
         self.config = config
         self.router = Router(config.model_names, config.defaults, config.budget, config.tool_vote)
         self.stats = Stats()
+        # Reward models that served strategies name are loaded on first use and kept for the server's life.
+        self.scorers = Scorers()
 
     @contextmanager
     def admit(self, plan: Plan) -> Iterator[None]:
@@ -144,7 +147,9 @@ class Service:
                 on_event(index, event)
 
         text_sink: TextSink | None = None if on_text is None else (lambda text: on_text(index, text))
-        orchestrator = Orchestrator(self.backend, defaults=plan.defaults, budget=plan.budget, on_event=sink)
+        orchestrator = Orchestrator(
+            self.backend, defaults=plan.defaults, budget=plan.budget, on_event=sink, scorers=self.scorers
+        )
         try:
             result = await orchestrator.run(plan.strategy(text_sink), plan.problem)
         except ParagenError as exc:  # a strategy refusing its config only once it runs

@@ -20,7 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # error tree and the plugin registry. Everything else (context internals, fanout, live,
 # backends, orchestrator, engine) is the core's own business.
 PUBLIC_SUBMODULES = frozenset(
-    {"paragen.answers", "paragen.errors", "paragen.prompts", "paragen.registry", "paragen.types"}
+    {
+        "paragen.answers",
+        "paragen.errors",
+        "paragen.prompts",
+        "paragen.registry",
+        "paragen.scoring",
+        "paragen.types",
+    }
 )
 
 

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from paragen.engine import loader  # noqa: E402
+from paragen.engine import loader
 
 
 @pytest.fixture(scope="session")

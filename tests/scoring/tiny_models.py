@@ -11,23 +11,27 @@ equal across the engine, vLLM in-process and ``vllm serve``.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
-import transformers
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
+
+# Untyped at the boundary, as the engine tests take it (its stubs disagree with its own kwargs).
+transformers: Any = importlib.import_module("transformers")
 
 STEP_TAG = "<extra_0>"
 
 
-def _tokenizer(smol: Path) -> transformers.PreTrainedTokenizerBase:
+def _tokenizer(smol: Path) -> Any:
     tokenizer = transformers.AutoTokenizer.from_pretrained(smol)
     tokenizer.add_special_tokens({"additional_special_tokens": [STEP_TAG]})
     return tokenizer
 
 
-def _config(tokenizer: transformers.PreTrainedTokenizerBase, **extra: object) -> transformers.Qwen2Config:
+def _config(tokenizer: Any, **extra: object) -> Any:
     return transformers.Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -92,8 +96,6 @@ def hf_prm_step_scores(path: Path, text: str) -> list[float]:
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     config = transformers.Qwen2Config.from_pretrained(path)
     body = transformers.Qwen2Model(config)
-    from safetensors.torch import load_file
-
     tensors = load_file(str(path / "model.safetensors"))
     body.load_state_dict({k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")})
     hidden = config.hidden_size

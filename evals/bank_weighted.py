@@ -1,0 +1,67 @@
+"""Weighted best-of-N re-scored offline from a run's verifier scores (``Trace.scores``).
+
+A run of ``weighted_bon`` at n = N records every sample's step scores, so the accuracy of
+weighted best-of-k for every k <= N is an expectation over the k-subsets of its samples, as
+maj@k is: exact where there are at most ``EXACT_SUBSETS`` subsets, else the mean over that many
+subsets drawn with a fixed seed (the row's label says which). Subsets keep the order samples
+finished in, so ties break as the live vote's did, and the aggregation is the strategies' own
+(:mod:`paragen.scoring.aggregate`): weighted@N with the run's aggregate is its live answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, get_args
+
+from paragen.scoring.aggregate import Aggregate, aggregate, weighted_answer
+
+if TYPE_CHECKING:
+    from evals.bank import BankProblem, Verdicts
+
+EXACT_SUBSETS = 2000
+SUBSET_SEED = 0
+
+
+def has_scores(bank: Sequence[BankProblem]) -> bool:
+    """Whether every sample of the bank was scored (only then are weighted rows meaningful)."""
+    return any(b.traces for b in bank) and all(t.scores for b in bank for t in b.traces)
+
+
+def weighted_ks(n: int) -> list[int]:
+    return sorted({*(2**i for i in range(n.bit_length()) if 2**i <= n), n})
+
+
+def expected_weighted(item: BankProblem, k: int, how: Aggregate, verdicts: Verdicts) -> float:
+    """The chance that weighted best-of-k over a k-subset of ``item``'s samples is correct."""
+    from evals.bank import is_correct
+
+    weights = [aggregate(t.scores or (), how) for t in item.traces]
+    n = len(weights)
+    if n == 0:
+        return 0.0
+    hits = total = 0
+    for subset in _subsets(n, min(k, n)):
+        answer = weighted_answer([item.answers[i] for i in subset], [weights[i] for i in subset])
+        hits += is_correct(item, answer, verdicts)
+        total += 1
+    return hits / total
+
+
+def _subsets(n: int, k: int) -> Iterator[tuple[int, ...]]:
+    if math.comb(n, k) <= EXACT_SUBSETS:
+        yield from itertools.combinations(range(n), k)
+        return
+    rng = random.Random(SUBSET_SEED)
+    for _ in range(EXACT_SUBSETS):
+        yield tuple(sorted(rng.sample(range(n), k)))
+
+
+def weighted_methods(n: int) -> Iterator[tuple[str, int, Aggregate]]:
+    """(row name, k, aggregate) of every weighted row for a bank of n samples."""
+    for how in get_args(Aggregate):
+        for k in weighted_ks(n):
+            sampled = "" if math.comb(n, k) <= EXACT_SUBSETS else f", {EXACT_SUBSETS} subsets"
+            yield f"weighted@{k}({how}{sampled})", k, how
