@@ -8,20 +8,15 @@ or the single best-valued solution's answer (``max``: plain best-of-N).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from paragen import RunContext, StrategyConfig
 from paragen.answers import answer_key
-from paragen.scoring import LLM_VERIFIER, check_scorer_spec
+from paragen.scoring import LLM_VERIFIER, Aggregate, Weighting, aggregate, check_scorer_spec, weighted_answer
 from paragen.types import StrategyResult
-
-Aggregate = Literal["last", "min", "prod"]
-Weighting = Literal["sum", "max"]
 
 
 class VerifierFields(StrategyConfig):
@@ -65,17 +60,6 @@ class TreeFields(StepFields):
         return self
 
 
-def aggregate(scores: Sequence[float], how: Aggregate) -> float:
-    """One value from a solution's step scores (an ORM's single score is its own value)."""
-    if not scores:
-        return 0.0
-    if how == "last":
-        return scores[-1]
-    if how == "min":
-        return min(scores)
-    return math.prod(scores)
-
-
 def split_steps(text: str, delimiter: str) -> tuple[str, ...]:
     """A finished solution's steps for a PRM: its non-blank pieces between delimiters."""
     steps = tuple(piece.strip() for piece in text.split(delimiter) if piece.strip())
@@ -103,18 +87,11 @@ class Path:
         return self.trace_ids[-1] if self.trace_ids else -1
 
 
-def answer_weights(paths: Sequence[Path], how: Aggregate, weighting: Weighting) -> dict[str, float]:
-    """Each distinct answer's weight (the sum, or the max, of its paths' values), in first-seen order."""
-    weights: dict[str, float] = {}
-    for path in paths:
-        if path.answer is None:
-            continue
-        key, value = answer_key(path.answer), path.value(how)
-        if key not in weights:
-            weights[key] = value
-        else:
-            weights[key] = weights[key] + value if weighting == "sum" else max(weights[key], value)
-    return weights
+def answer_weight(paths: Sequence[Path], answer: str, cfg: VerifierFields) -> float:
+    """What ``answer`` weighs: its paths' values summed (``sum``) or the best of them (``max``)."""
+    key = answer_key(answer)
+    values = [p.value(cfg.aggregate) for p in paths if p.answer is not None and answer_key(p.answer) == key]
+    return sum(values) if cfg.weighting == "sum" else max(values)
 
 
 def weighted_finish(
@@ -124,18 +101,19 @@ def weighted_finish(
     *,
     metrics: dict[str, float] | None = None,
 ) -> StrategyResult:
-    """The answer whose paths weigh most (ties to the first seen); text = its best-valued path."""
-    weights = answer_weights(paths, cfg.aggregate, cfg.weighting)
-    found = {"candidates": float(len(paths)), "distinct_answers": float(len(weights)), **(metrics or {})}
-    if not weights:
+    """The weighted vote over ``paths`` (ties to the first in order); text = the winner's best path."""
+    values = [p.value(cfg.aggregate) for p in paths]
+    winner = weighted_answer([p.answer for p in paths], values, cfg.weighting)
+    distinct = {answer_key(p.answer) for p in paths if p.answer is not None}
+    found = {"candidates": float(len(paths)), "distinct_answers": float(len(distinct)), **(metrics or {})}
+    if winner is None:
         return ctx.finish(None, metrics=found)
-    order = list(weights)
-    winner = max(order, key=lambda k: (weights[k], -order.index(k)))
-    voters = [p for p in paths if p.answer is not None and answer_key(p.answer) == winner]
-    best = max(voters, key=lambda p: (p.value(cfg.aggregate), -p.last_id))
-    found["winner_weight"] = weights[winner]
+    key = answer_key(winner)
+    voters = [i for i, p in enumerate(paths) if p.answer is not None and answer_key(p.answer) == key]
+    best = paths[max(voters, key=lambda i: (values[i], -i))]
+    found["winner_weight"] = answer_weight(paths, winner, cfg)
     found["best_score"] = best.value(cfg.aggregate)
-    ctx.emit("search: answer chosen", weights=weights, winner=winner, path=list(best.trace_ids))
+    ctx.emit("search: answer chosen", winner=winner, weight=found["winner_weight"], path=list(best.trace_ids))
     return ctx.finish(best.answer, text=best.text(cfg.delimiter), metrics=found)
 
 
@@ -146,8 +124,7 @@ __all__ = [
     "TreeFields",
     "VerifierFields",
     "Weighting",
-    "aggregate",
-    "answer_weights",
+    "answer_weight",
     "split_steps",
     "weighted_finish",
 ]

@@ -1,10 +1,11 @@
 """Weighted best-of-N (Snell et al. 2024; HF search-and-learn) and plain best-of-N with a verifier.
 
 ``n`` independent solutions; each is scored the moment it finishes, while the others still run
-(a PRM gets its steps, split at ``delimiter``; the LLM-as-verifier rates the whole solution as
-one step). A solution's value is its step scores aggregated (``aggregate``); the answer whose
-solutions' values sum highest wins (``weighting="sum"``), or the single best-valued solution's
-(``"max"``). Every sample trace keeps its step scores (``trace.scores``), so an eval bank can
+(a PRM gets its steps, split at ``delimiter``; the LLM-as-verifier rates the whole solution).
+A solution's value is its step scores aggregated (``aggregate``); the answer whose solutions'
+values sum highest wins (``weighting="sum"``), or the single best-valued solution's (``"max"``);
+solutions count in the order they finished, as the eval bank's offline re-scoring orders them
+(ties go to the earlier). Every sample trace keeps its step scores (``trace.scores``), so an eval bank can
 re-weigh offline with another aggregate.
 """
 
@@ -15,7 +16,6 @@ from typing import Any
 from pydantic import Field
 
 from paragen import BaseStrategy, RunContext
-from paragen.scoring import LLM_VERIFIER
 from paragen.types import Problem, StrategyResult, Trace
 from strategies.search_common import Path, VerifierFields, split_steps, weighted_finish
 from strategies.toolkit import annotate, overrides, solve_request
@@ -36,18 +36,23 @@ class WeightedBoN(BaseStrategy[WeightedBoNConfig]):
         cfg = self.config
         params: dict[str, Any] = overrides(cfg.temperature, cfg.top_p, cfg.max_tokens)
         request = solve_request(ctx, problem.question, n=cfg.n, **params)
-        scored: list[Path] = []
+        # Slots in the order samples finish: the vote breaks ties as the eval bank's offline one does.
+        scored: list[Path | None] = []
         async with ctx.concurrently() as children, ctx.fanout(request) as fan:
             async for trace in fan:
                 if annotate(trace).is_ok:
-                    children.start(self._score, ctx, trace, scored)
-        scored.sort(key=lambda p: p.last_id)
-        return weighted_finish(ctx, scored, cfg, metrics={"scored": float(len(scored))})
+                    scored.append(None)
+                    children.start(self._score, ctx, trace, scored, len(scored) - 1)
+        paths = [p for p in scored if p is not None]
+        return weighted_finish(ctx, paths, cfg, metrics={"scored": float(len(paths))})
 
-    async def _score(self, ctx: RunContext, trace: Trace, scored: list[Path]) -> None:
-        cfg = self.config
-        steps = (trace.text,) if cfg.verifier == LLM_VERIFIER else split_steps(trace.text, cfg.delimiter)
-        verdict = await ctx.score(steps, verifier=cfg.verifier, parents=[trace.id], label="score")
+    async def _score(self, ctx: RunContext, trace: Trace, scored: list[Path | None], slot: int) -> None:
+        steps = split_steps(trace.text, self.config.delimiter)
+        # A PRM rates each step; the LLM-as-verifier (whole=True) the complete solution at once.
+        verdict = await ctx.score(
+            steps, verifier=self.config.verifier, whole=True, parents=[trace.id], label="score"
+        )
         trace.scores = list(verdict.steps)
-        path = Path((trace.text,), (trace.id,), tuple(verdict.steps), finished=True, answer=trace.answer)
-        scored.append(path)
+        scored[slot] = Path(
+            (trace.text,), (trace.id,), tuple(verdict.steps), finished=True, answer=trace.answer
+        )

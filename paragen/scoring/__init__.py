@@ -13,6 +13,7 @@ from paragen.scoring.base import (
     prm_messages,
 )
 from paragen.scoring.pool import LLM_VERIFIER, Scorers, build_scorer, check_scorer_spec
+from paragen.scoring.scripted import ScriptedScorer
 
 __all__ = [
     "DEFAULT_STEP_TAG",
@@ -24,6 +25,7 @@ __all__ = [
     "ScorerError",
     "ScorerKind",
     "Scorers",
+    "ScriptedScorer",
     "StepScores",
     "Weighting",
     "aggregate",

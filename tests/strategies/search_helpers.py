@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from strategy_helpers import PROBLEM
@@ -27,18 +28,16 @@ def steps_so_far(request: GenerateRequest) -> tuple[str, ...]:
     return tuple(s for s in messages[-1].content.split("\n\n") if s.strip())
 
 
-def choice(request: GenerateRequest, index: int) -> int:
-    """Which of a fan-out's samples this is: a split n-request's id ends with ``-i``."""
-    parts = request.request_id.split("-")
-    return int(parts[2]) if len(parts) == 3 else index
-
-
 def tree_backend(tree: Tree, caps: Capabilities | None = None) -> ScriptedBackend:
-    """Sample i of a request continuing steps S writes ``tree[S][i]`` (cycling when there are fewer)."""
+    """The k-th sample that continues steps S writes ``tree[S][k]`` (cycling when there are fewer):
+    samples are numbered in the order their streams open, per prefix."""
+    seen: Counter[tuple[str, ...]] = Counter()
 
-    def respond(request: GenerateRequest, index: int) -> Script:
-        options = tree[steps_so_far(request)]
-        step = options[choice(request, index) % len(options)]
+    def respond(request: GenerateRequest, _index: int) -> Script:
+        prefix = steps_so_far(request)
+        options = tree[prefix]
+        step = options[seen[prefix] % len(options)]
+        seen[prefix] += 1
         text, delay = step if isinstance(step, tuple) else (step, DELAY)
         return Script(text=text, token_delay=delay)
 
