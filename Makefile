@@ -80,6 +80,7 @@ bench: setup
 	$(PY) benchmarks/serve.py
 	$(PY) benchmarks/serve_layers.py
 	$(PY) benchmarks/hedge.py
+	$(PY) benchmarks/search.py
 
 lock: setup setup-vllm
 	$(PIP) freeze --exclude-editable | grep -v '^#' > $(LOCK)

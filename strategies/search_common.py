@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from pydantic import Field, field_validator, model_validator
 
-from paragen import RunContext, StrategyConfig
+# `scoring.aggregate` by attribute: the name is also a submodule's, and strategies import no submodule.
+from paragen import RunContext, StrategyConfig, scoring
 from paragen.answers import answer_key
-from paragen.scoring import LLM_VERIFIER, Aggregate, Weighting, aggregate, check_scorer_spec, weighted_answer
+from paragen.scoring import LLM_VERIFIER, Aggregate, Weighting, check_scorer_spec, weighted_answer
 from paragen.types import StrategyResult
 
 
@@ -80,7 +81,7 @@ class Path:
         return delimiter.join(self.steps)
 
     def value(self, how: Aggregate) -> float:
-        return aggregate(self.scores, how)
+        return scoring.aggregate(self.scores, how)
 
     @property
     def last_id(self) -> int:

@@ -17,11 +17,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from paragen import RunContext
+from paragen import ChildTasks, Fanout, RunContext
 from paragen.answers import extract_answer, last_boxed
-from paragen.children import ChildTasks
 from paragen.errors import ConfigError
-from paragen.fanout import Fanout
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, GenerateRequest, Trace
 from strategies.search_common import Path, StepFields

@@ -13,6 +13,7 @@ PRM scores each step in context. Its latency is an ``anyio.sleep``: a call cance
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -55,14 +56,17 @@ class ScriptedScorer:
     async def score(self, request: ScoreRequest) -> StepScores:
         self.calls += 1
         self.requests.append(request)
+        start = time.perf_counter()
+        # The rule runs first and the sleep takes what is left: a call lasts ``latency`` in all,
+        # as a served reward model's would, and a benchmark's critical path is exactly its latency.
+        steps = self._scores(request)
+        words = sum(len(s.split()) for s in (request.question, *request.steps))
         try:
-            await anyio.sleep(self.latency)
+            await anyio.sleep(max(0.0, start + self.latency - time.perf_counter()))
         except anyio.get_cancelled_exc_class():
             self.cancelled += 1
             raise
-        steps = self._scores(request)
         self.finished += 1
-        words = sum(len(s.split()) for s in (request.question, *request.steps))
         return StepScores(steps=steps, prompt_tokens=words, count_source="estimate")
 
     def _scores(self, request: ScoreRequest) -> tuple[float, ...]:
@@ -77,8 +81,9 @@ class ScriptedScorer:
         if len(found) != 1:
             raise ScorerError(f"a PRM's rule gave {len(found)} scores for {len(request.steps)} steps")
         # One float: the rule scores the last step; earlier steps get what their own prefix earns.
+        # The prefixes of a valid request are valid: built without validating again (a benchmark's hot path).
         prefixes = (
-            request.model_copy(update={"steps": request.steps[: i + 1]})
+            ScoreRequest.model_construct(question=request.question, steps=request.steps[: i + 1])
             for i in range(len(request.steps) - 1)
         )
         return (*(self._apply(p)[0] for p in prefixes), found[0])

@@ -1,0 +1,141 @@
+"""Beam search's overhead: wall time against the ideal critical path, on the scripted backend and scorer.
+
+Every step sample takes GEN_S seconds and every verifier call SCORE_S seconds (anyio sleeps, no
+model), so a beam search of DEPTH steps can take no less than DEPTH x (GEN_S + SCORE_S): one
+generation and one score per depth, everything else concurrent. What it takes beyond that is
+paragen's own overhead (requests, traces, fan-outs, scoring tasks, selection). N beams, M
+expansions; the median of RUNS runs, on two scripted backends (one request per sample, and M
+choices per request as the engine takes them). A "floor" row runs the same samples and scores
+(DEPTH rounds of one fan-out of N, each sample scored as it ends) without any search decision:
+what the core's fan-outs and ctx.score cost alone, so the table splits the overhead between the
+core and the strategy. Prints the table, then a JSON line whose ``beam_search_wall_over_ideal``
+(the worse backend) should be at most 1.05.
+
+    .venv/bin/python benchmarks/search.py [RUNS]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import zlib
+from typing import Any
+
+import anyio
+
+from paragen.backends.base import Capabilities
+from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.context import RunContext
+from paragen.orchestrator import Orchestrator
+from paragen.prompts import solve_messages
+from paragen.scoring import ScoreRequest, Scorers, ScriptedScorer
+from paragen.strategy import Strategy, StrategyConfig
+from paragen.types import GenerateRequest, Problem, SamplingParams, StrategyResult
+from strategies.beam_search import BeamSearch
+
+GEN_S, SCORE_S, DEPTH, N, M, RUNS = 0.050, 0.020, 6, 16, 4, 5
+VERIFIER = "scripted:bench"
+PROBLEM = Problem(id="bench", question="What is 6 x 7?")
+BACKENDS = {
+    "one request per sample": Capabilities(continue_final=True, logprobs=True),
+    "n choices per request": Capabilities(continue_final=True, native_n=True, per_choice_abort=True),
+}
+
+
+def respond(request: GenerateRequest, index: int) -> Script:
+    """Step k of a beam is written GEN_S after its request; the last depth boxes the answer."""
+    reply = request.messages[-1].content if request.continue_final and request.messages else ""
+    depth = reply.count("\n\n")
+    text = (
+        "so the answer is \\boxed{42}"
+        if depth == DEPTH - 1
+        else f"step {depth} idea {index} {request.request_id}"
+    )
+    return Script(text=text, first_delay=GEN_S)
+
+
+def score(request: ScoreRequest) -> float:
+    """A fixed pseudo-random score per step text, so beams are kept and dropped as in a real search."""
+    return (zlib.crc32(request.steps[-1].encode()) % 1000) / 1000
+
+
+class Floor:
+    """DEPTH rounds of N samples, each scored as it ends, and no decision: the core's cost alone."""
+
+    name = "floor"
+    config = StrategyConfig()
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        for _ in range(DEPTH):
+            request = ctx.request(messages=solve_messages(problem.question))
+            async with ctx.concurrently() as children, ctx.fanout(request, n=N) as fan:
+                async for trace in fan:
+                    children.start(self._score, ctx, trace.text)
+        return ctx.finish("42")
+
+    async def _score(self, ctx: RunContext, text: str) -> None:
+        await ctx.score((text,), verifier=VERIFIER)
+
+
+async def one_run(caps: Capabilities, strategy: Strategy | None = None) -> StrategyResult:
+    backend = ScriptedBackend(respond, capabilities=caps)
+    scorer = ScriptedScorer(score, latency=SCORE_S)
+    orch = Orchestrator(backend, defaults=SamplingParams(max_tokens=64), scorers=Scorers({VERIFIER: scorer}))
+    search = BeamSearch(n=N, m=M, max_depth=DEPTH, verifier=VERIFIER, aggregate="last")
+    return await orch.run(strategy or search, PROBLEM)
+
+
+async def median_wall(
+    caps: Capabilities, runs: int, strategy: Strategy | None = None
+) -> tuple[float, StrategyResult]:
+    await one_run(caps, strategy)  # warm-up: imports, first pydantic validations
+    results = [await one_run(caps, strategy) for _ in range(runs)]
+    return statistics.median(r.usage.latency_s for r in results), results[-1]
+
+
+async def bench(runs: int) -> dict[str, Any]:
+    ideal = DEPTH * (GEN_S + SCORE_S)
+    gen_ms, score_ms = GEN_S * 1000, SCORE_S * 1000
+    print(
+        f"beam search: N={N}, M={M}, depth {DEPTH}; a step takes {gen_ms:.0f} ms, a score {score_ms:.0f} ms"
+    )
+    print(f"ideal critical path: {DEPTH} x ({gen_ms:.0f} + {score_ms:.0f}) ms = {ideal * 1000:.0f} ms")
+    print(f"median of {runs} runs; 'floor': the same samples and scores without search decisions")
+    head = ("backend", "wall ms", "/ ideal", "floor", "samples", "scores", "tokens")
+    print(f"{head[0]:<24} {head[1]:>9} {head[2]:>8} {head[3]:>8} {head[4]:>8} {head[5]:>7} {head[6]:>7}")
+    ratios: dict[str, float] = {}
+    floors: dict[str, float] = {}
+    for name, caps in BACKENDS.items():
+        floor, _ = await median_wall(caps, runs, Floor())
+        wall, last = await median_wall(caps, runs)
+        assert last.answer == "42" and last.metrics["depth"] == DEPTH, last.metrics
+        ratios[name], floors[name] = wall / ideal, floor / ideal
+        usage = last.usage
+        print(
+            f"{name:<24} {wall * 1000:>9.1f} {wall / ideal:>8.3f} {floor / ideal:>8.3f}"
+            f" {usage.num_samples:>8} {usage.num_scores:>7} {usage.total_tokens:>7}"
+        )
+    worst = max(ratios.values())
+    print(f"beam search wall / ideal (worse backend): {worst:.3f} (goal <= 1.05)")
+    return {
+        "beam_search_wall_over_ideal": round(worst, 4),
+        "by_backend": {k: round(v, 4) for k, v in ratios.items()},
+        "floor_over_ideal": {k: round(v, 4) for k, v in floors.items()},
+        "ideal_s": ideal,
+        "n": N,
+        "m": M,
+        "depth": DEPTH,
+        "gen_s": GEN_S,
+        "score_s": SCORE_S,
+        "runs": runs,
+    }
+
+
+def main() -> None:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else RUNS
+    print(json.dumps(anyio.run(bench, runs)))
+
+
+if __name__ == "__main__":
+    main()
