@@ -138,9 +138,15 @@ def deepconf_offline(item: BankProblem, verdicts: Verdicts, *, keep: float = 0.9
 
 
 def offline_rows(
-    bank: Sequence[BankProblem], verdicts: Verdicts, *, source: str, n: int | None = None
+    bank: Sequence[BankProblem],
+    verdicts: Verdicts,
+    *,
+    source: str,
+    n: int | None = None,
+    strategy: str | None = None,
 ) -> list[dict[str, Any]]:
-    """maj@k for k <= n, best-of-n by mean logprob and DeepConf-offline, all labelled offline.
+    """maj@k for k <= n, best-of-n by mean logprob and DeepConf-offline, all labelled offline,
+    and weighted best-of-k where ``strategy`` scored whole solutions (see :mod:`evals.bank_weighted`).
 
     ``n`` is the strategy's n (default: the most samples any problem finished); a problem
     with fewer finished samples votes over all it has at any larger k.
@@ -164,7 +170,7 @@ def offline_rows(
         for keep in (0.9, 0.1):
             scores = [float(deepconf_offline(b, verdicts, keep=keep)) for b in bank]
             rows.append(_row(source, f"deepconf_offline(keep={keep})", n, scores))
-    if n >= 2 and bank_weighted.has_scores(bank):  # a verifier scored every sample (weighted_bon)
+    if n >= 2 and bank_weighted.has_scores(bank, strategy):
         for method, k, how in bank_weighted.weighted_methods(n):
             scores = [bank_weighted.expected_weighted(b, k, how, verdicts) for b in bank]
             rows.append(_row(source, method, k, scores))

@@ -25,8 +25,15 @@ EXACT_SUBSETS = 2000
 SUBSET_SEED = 0
 
 
-def has_scores(bank: Sequence[BankProblem]) -> bool:
-    """Whether every sample of the bank was scored (only then are weighted rows meaningful)."""
+# Strategies whose samples are whole, independent solutions, each scored: beam search, DVTS and
+# particle filtering score their samples too, but each of those is one step of a path.
+WHOLE_SOLUTIONS = frozenset({"weighted_bon"})
+
+
+def has_scores(bank: Sequence[BankProblem], strategy: str | None) -> bool:
+    """Whether the bank holds scored whole solutions (only then are weighted rows meaningful)."""
+    if strategy not in WHOLE_SOLUTIONS:
+        return False
     return any(b.traces for b in bank) and all(t.scores for b in bank for t in b.traces)
 
 

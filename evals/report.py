@@ -115,7 +115,7 @@ def offline_rows(
         full = budgets.usable_for_budgets(items, n)
         label = sample_bank.OFFLINE if full else partial_bank_label(strategy)
         source = f"{strategy} n={n}" + (f" @{folder}" if folder else "")
-        for row in sample_bank.offline_rows(items, verdicts, source=source, n=n):
+        for row in sample_bank.offline_rows(items, verdicts, source=source, n=n, strategy=strategy):
             rows.append({"task": task, "settings_id": sid, "folder": folder, **row, "label": label})
     return rows
 

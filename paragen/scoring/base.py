@@ -118,5 +118,6 @@ def parse_scorer_spec(spec: str) -> tuple[str, str | None, dict[str, str]]:
 
 
 SPEC_HINT = (
-    "scorers: llm, engine:PATH, vllm:PATH, vllm-server:URL (options after '?', e.g. ?step_tag=<extra_0>)"
+    "scorers: llm, engine:PATH, vllm:PATH, vllm-server:URL, scripted:FILE.json"
+    " (options after '?', e.g. ?step_tag=<extra_0>)"
 )

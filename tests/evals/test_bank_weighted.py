@@ -37,13 +37,15 @@ def test_weighted_at_k_is_the_exact_expectation_over_subsets(how: str, k: int, e
 
 
 def test_rows_appear_only_when_every_sample_was_scored() -> None:
-    rows = offline_rows([bank()], VERDICTS, source="weighted_bon n=3", n=3)
+    rows = offline_rows([bank()], VERDICTS, source="weighted_bon n=3", n=3, strategy="weighted_bon")
     methods = {r["method"]: r["accuracy"] for r in rows}
     assert methods["weighted@3(last)"] == pytest.approx(1.0)
     assert methods["weighted@3(min)"] == pytest.approx(0.0)
     assert methods["weighted@2(prod)"] == pytest.approx(1 / 3)
-    unscored = offline_rows([bank(None)], VERDICTS, source="majority n=3", n=3)
-    assert not any(r["method"].startswith("weighted") for r in unscored)
+    unscored = offline_rows([bank(None)], VERDICTS, source="weighted_bon n=3", n=3, strategy="weighted_bon")
+    steps = offline_rows([bank()], VERDICTS, source="beam_search n=3", n=3, strategy="beam_search")
+    for rows in (unscored, steps):  # unscored samples; scored steps of paths, not whole solutions
+        assert not any(r["method"].startswith("weighted") for r in rows)
 
 
 def test_large_banks_are_estimated_from_seeded_subsets() -> None:
