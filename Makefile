@@ -63,8 +63,9 @@ unit: setup
 # Real vLLM (part of `make test`, so of CI): the OpenAI backend against `vllm serve` started from the
 # vLLM venv, then the in-process backend and `paragen eval`'s SIGTERM path inside the vLLM venv.
 unit-vllm: setup setup-vllm
-	PARAGEN_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q -m vllm_server tests/backends
-	$(VLLM_PY) -m pytest -q -m vllm tests/backends/test_vllm_inprocess.py tests/backends/test_vllm_sigterm.py
+	PARAGEN_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q -m vllm_server tests/backends tests/scoring
+	$(VLLM_PY) -m pytest -q -m vllm tests/backends/test_vllm_inprocess.py tests/backends/test_vllm_sigterm.py \
+		tests/scoring/test_vllm_inprocess_scorer.py
 
 test: lint typecheck unit unit-vllm
 

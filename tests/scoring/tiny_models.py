@@ -37,8 +37,9 @@ def _config(tokenizer: Any, **extra: object) -> Any:
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        # head_dim 32: vLLM's CPU attention has no kernel for smaller heads (16 fails at the first request)
+        num_attention_heads=2,
+        num_key_value_heads=1,
         max_position_embeddings=1024,
         rope_theta=10000.0,
         eos_token_id=tokenizer.eos_token_id,
@@ -106,3 +107,23 @@ def hf_prm_step_scores(path: Path, text: str) -> list[float]:
         probs = score(body(ids).last_hidden_state[0]).softmax(-1)[:, 1]
     tag = tokenizer.convert_tokens_to_ids(STEP_TAG)
     return [float(p) for p, t in zip(probs, ids[0], strict=True) if int(t) == tag]
+
+
+def hf_orm_reward(path: Path, text: str) -> float:
+    """The reference of an ORM: the one-label head's raw logit at the last token of ``text``."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.Qwen2ForSequenceClassification.from_pretrained(path, dtype=torch.float32)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+    with torch.no_grad():
+        return float(model.score(model.model(ids).last_hidden_state[0, -1])[0])
+
+
+def chat_text(path: Path, messages: list[dict[str, str]]) -> str:
+    """``messages`` rendered as a reward model reads them: the chat template, no generation prompt."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    text: str = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+    return text
+
+
+def token_count(path: Path, text: str) -> int:
+    return len(transformers.AutoTokenizer.from_pretrained(path)(text, add_special_tokens=False).input_ids)
