@@ -258,10 +258,25 @@ def task_section(task: str, run: Path, args: argparse.Namespace) -> list[str]:
     parts += ["Paired against single:", md_table(*paired_cells(single["paired"]))]
     parts += [f"Paired against {largest}:", md_table(*paired_cells(against_majority["paired"]))]
     if single["within_budget"]:
-        parts += ["Best accuracy within a budget:", md_table(*budget_cells(single["within_budget"]))]
+        budgets = one_bank(single["within_budget"], largest)
+        parts += [f"Best accuracy within a budget (live, and replayed from the bank of {largest}):"]
+        parts += [md_table(*budget_cells(budgets))]
     parts += [f"![{task} Pareto plots]({os.path.relpath(plot, args.page.parent)})"]
     parts += [f"Notes: {'; '.join(single['notes'])}"] if single["notes"] else []
     return parts
+
+
+def one_bank(rows: list[dict[str, Any]], bank: str) -> list[dict[str, Any]]:
+    """The budget rows with the live columns and one bank's replays (every bank's is too wide a page)."""
+    keep = {"task", "axis", "budget"}
+    return [
+        {
+            k: v
+            for k, v in row.items()
+            if k in keep or k.startswith("live ") or k.endswith(f"(bank of {bank})")
+        }
+        for row in rows
+    ]
 
 
 def header(args: argparse.Namespace, runs: dict[str, Path], dtype: str, wall_s: float) -> list[str]:
@@ -324,7 +339,9 @@ def settings(args: argparse.Namespace) -> list[str]:
 
 
 def _options(options: dict[str, Any]) -> str:
-    shown = [f"{key}={'the max tokens' if value == TOKENS else value}" for key, value in options.items()]
+    shown = [
+        f"{key}={'the max tokens' if value == TOKENS else repr(value)}" for key, value in options.items()
+    ]
     return ", ".join(shown) or "defaults"
 
 
