@@ -241,7 +241,9 @@ def commit(*outputs: Path) -> str:
     head = git("rev-parse", "--short=12", "HEAD") or "unknown"
     return head + (
         " (with uncommitted changes)"
-        if git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":(exclude){p}" for p in outputs))
+        if git(
+            "status", "--porcelain", "--untracked-files=no", "--", ".", *(f":(exclude){p}" for p in outputs)
+        )
         else ""
     )
 
