@@ -173,6 +173,9 @@ class _Team:
         self.answered_at: int | None = None
         self.finisher_text: str | None = None
         self.eos = False  # plain decoding ended with the end-of-sequence token
+        # Room kept in every view for a step header, the finisher's prompt and its tokens (tokenized
+        # once: has_room checks it every pass).
+        self.reserve = 64 + len(workers.tokenize(cfg.prompts.finisher)) + cfg.finisher_tokens
 
     # -- plain decoding (one worker) -------------------------------------------------------------
 
@@ -191,7 +194,7 @@ class _Team:
             if self.answer is not None or self.eos or io.num_forward_passes >= self.budget:
                 break
             row = SharedRow(0, [segment], worker.pending)
-            if not io.has_room([row], self._reserve()):
+            if not io.has_room([row], self.reserve):
                 break  # the model's context is full: as if the budget ran out
             (sample,) = await io.step([row])
             worker.pending = [sample.token_id]
@@ -211,7 +214,7 @@ class _Team:
         suppress = self._suppressed()
         while io.num_forward_passes < self.budget and self.answer is None:
             rows = [SharedRow(w.index, self.view(w), w.pending) for w in self.team]
-            if not io.has_room(rows, self._reserve()):
+            if not io.has_room(rows, self.reserve):
                 break  # the model's context is full: as if the budget ran out (the finisher answers)
             samples = await io.step(rows, suppress_token_ids=suppress)
             self.since_nudge += len(rows) if self.cfg.nudge_unit == "tokens" else 1
@@ -307,10 +310,6 @@ class _Team:
         if found is not None and self.cfg.stop_at_answer and self.answer is None:
             self.answer, self.answered_at = found, self.io.num_forward_passes
         return step_text
-
-    def _reserve(self) -> int:
-        """Room kept in every view for a step header, the finisher's prompt and its tokens."""
-        return 64 + len(self.io.tokenize(self.prompts.finisher)) + self.cfg.finisher_tokens
 
     # -- the finisher ----------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ forward passes): those waiting together run as one call.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import threading
@@ -36,9 +37,15 @@ T = TypeVar("T")
 X = TypeVar("X")
 ABORT_WAIT_S = 10.0  # an abort lands at the next step boundary; a step never takes this long
 CLEANUP_WAIT_S = 60.0  # a cleanup call may queue behind a shared session's long prompt prefill
-# How long a batch waits for the callers of the last one: they resend within a millisecond or two
-# of their results; one that did other work first would otherwise run one pass behind for good.
+# How long a batch waits for the callers of recent ones: they resend within a few milliseconds of
+# their results; one that did other work first would otherwise run one pass behind for good. The
+# wait grows with the passes (a tenth of the last one, up to STRAGGLER_MAX_S): on a loaded machine
+# eight callers' work between two passes of ~300 ms took longer than 5 ms, and the sessions split
+# into cohorts taking turns (190 passes for 128 steps of 8 sessions, measured).
 STRAGGLER_WAIT_S = 0.005
+STRAGGLER_SHARE = 0.1
+STRAGGLER_MAX_S = 0.05
+RECENT_BATCHES = 4  # a batch waits for as many callers as the largest of the last few had
 
 
 @dataclass(slots=True)
@@ -90,7 +97,8 @@ class AsyncEngine:
         self.engine = engine
         # False runs each call_batched alone (the A/B switch of benchmarks/hogwild_sessions.py).
         self.merge_batched_calls = merge_batched_calls
-        self._last_batch_size = 0
+        self._recent_sizes: collections.deque[int] = collections.deque(maxlen=RECENT_BATCHES)
+        self._last_batch_s = 0.0
         self._cond = threading.Condition()
         self._inbox = _Inbox()
         self._sinks: dict[int, Sink] = {}
@@ -189,7 +197,7 @@ class AsyncEngine:
                 if self._is_closed:
                     break
                 inbox, self._inbox = self._inbox, _Inbox()
-                self._await_stragglers(inbox)
+            self._await_stragglers(inbox)
             self._apply(inbox)
             if not self.engine.is_idle:
                 self._step()
@@ -213,21 +221,32 @@ class AsyncEngine:
         self._finish_calls(inbox.calls)
 
     def _await_stragglers(self, inbox: _Inbox) -> None:
-        """Holding the lock: wait briefly until as many batched calls wait as the last batch had.
+        """Wait briefly until as many batched calls wait as recent batches had.
 
-        Only batched calls join ``inbox``; other mail stays for the next turn of the loop.
+        Only batched calls join ``inbox``. Other calls that arrive meanwhile run at once (a session's
+        step boundary: fold, free, new segment), so that session still makes this batch; adds and
+        aborts stay for the next turn of the loop. Running them first is safe: a session has one call
+        in flight, and a cleanup that overtakes a cancelled caller's queued forward only makes that
+        forward fail (its session is closed) before it writes anything.
         """
+        expected = max(self._recent_sizes, default=0)
         num_batched = sum(job.batch_fn is not None for job in inbox.calls)
-        if not self.merge_batched_calls or not 0 < num_batched < self._last_batch_size:
+        if not self.merge_batched_calls or not 0 < num_batched < expected:
             return
-        deadline = time.monotonic() + STRAGGLER_WAIT_S
-        while num_batched < self._last_batch_size and not self._is_closed:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._cond.wait(left)
-            late = [job for job in self._inbox.calls if job.batch_fn is not None]
-            self._inbox.calls = [job for job in self._inbox.calls if job.batch_fn is None]
+        wait = min(max(STRAGGLER_WAIT_S, STRAGGLER_SHARE * self._last_batch_s), STRAGGLER_MAX_S)
+        deadline = time.monotonic() + wait
+        while num_batched < expected and not self._is_closed:
+            with self._cond:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                if not self._inbox.calls:
+                    self._cond.wait(left)
+                arrived, self._inbox.calls = self._inbox.calls, []
+            for job in arrived:
+                if job.batch_fn is None:
+                    self._run_call(job)
+            late = [job for job in arrived if job.batch_fn is not None]
             inbox.calls += late
             num_batched += len(late)
 
@@ -251,18 +270,24 @@ class AsyncEngine:
             if job.batch_fn is not None:
                 batches.setdefault(job.batch_fn, []).append(job)
         if batches:
-            self._last_batch_size = max(len(jobs) for jobs in batches.values())
+            self._recent_sizes.append(max(len(jobs) for jobs in batches.values()))
+        started = time.monotonic()
         for batch_fn, jobs in batches.items():
             groups = [jobs] if self.merge_batched_calls else [[job] for job in jobs]
             for group in groups:
                 self._run_batch(batch_fn, group)
+        if batches:
+            self._last_batch_s = time.monotonic() - started
         for job in inbox.calls:
             if job.batch_fn is None:
-                try:
-                    job.result = job.fn()
-                except Exception as exc:  # the caller gets it as an EngineError; the step thread goes on
-                    job.error = _engine_error(exc)
-                self._finish_calls([job])
+                self._run_call(job)
+
+    def _run_call(self, job: _Call) -> None:
+        try:
+            job.result = job.fn()
+        except Exception as exc:  # the caller gets it as an EngineError; the step thread goes on
+            job.error = _engine_error(exc)
+        self._finish_calls([job])
 
     def _run_batch(self, batch_fn: Callable[[list[Any]], list[Any]], jobs: list[_Call]) -> None:
         try:

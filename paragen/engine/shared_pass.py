@@ -2,11 +2,12 @@
 
 ``hogwild.py`` decides where each row's tokens go and what they attend (a ``Placed`` row); this
 module turns placed rows into the model's forward (the shared attention's groups: all one-token
-rows in one batch, each longer row alone) and samples each row with its own settings.
+rows in one batch, longer rows batched by length) and samples each row with its own settings.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -31,7 +32,7 @@ class Placed:
 
 def model_logits(engine: LLMEngine, rows: Sequence[Placed]) -> torch.Tensor:
     """One model forward over the placed rows; the logits [rows, vocab] at each row's last token."""
-    order = sorted(range(len(rows)), key=lambda i: rows[i].plan.num_new > 1)  # 1-token rows first
+    order = sorted(range(len(rows)), key=lambda i: rows[i].plan.num_new)  # rows of one length adjacent
     ids: list[int] = []
     pos: list[int] = []
     slots: list[int] = []
@@ -49,16 +50,21 @@ def model_logits(engine: LLMEngine, rows: Sequence[Placed]) -> torch.Tensor:
 
 
 def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Attend:
-    """The attention of a forward whose rows come in ``plans`` order (1-token rows first)."""
+    """The attention of a forward whose rows come in ``plans`` order (sorted by their new tokens).
+
+    Rows feeding the same number of tokens attend as one batch: a session's start (its layout's
+    headers) or a pass where several workers start steps then costs one batch per length, not one
+    per row (25 header rows of 7 sessions as 25 batches took 2 s of a loaded run's first seconds).
+    """
     model, cache = engine.model, engine.cache
     build = partial(build_group, num_slots=cache.num_blocks * cache.block_size, num_kv_rows=cache.kv.shape[1])
     tables = (model.cos, model.sin)
-    singles = [p for p in plans if p.num_new == 1]
-    groups = [build(singles, 0, tables=tables)] if singles else []
-    start = len(singles)
-    for plan in plans[len(singles) :]:
-        groups.append(build([plan], start, tables=tables))
-        start += plan.num_new
+    groups = []
+    start = 0
+    for num_new, same in itertools.groupby(plans, key=lambda p: p.num_new):
+        batch = list(same)
+        groups.append(build(batch, start, tables=tables))
+        start += num_new * len(batch)
     return shared_attention(
         groups,
         num_tokens=num_tokens,
