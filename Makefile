@@ -42,7 +42,7 @@ demo: setup
 	$(PY) -m evals.demo
 
 # docs/results.md and docs/results/*.png from fresh SmolLM2 runs of every built-in math strategy
-# (evals/results.py ROWS): 10 arith + 4 GSM8K problems, 2 seeds, about 50 min on 2 quiet cores
+# (evals/results.py ROWS): 10 arith + 4 GSM8K problems, 2 seeds, about 65 min on 2 quiet cores
 # (+-30%; estimated from timed short runs of each setting, see the module docstring);
 # `make results RESULTS_ARGS="--size small"` is a few-minute smoke test, labelled as such on the page.
 RESULTS_ARGS ?=

@@ -24,7 +24,10 @@ Time of the default (about 50 minutes on 2 quiet cores; rough, +-30%), from shor
 - GSM8K, the 5 settings on 1 problem, 320 tokens, load 4.7-6.6: 190 s (dynasor 75 of it), about
   130 s a problem once batched and unloaded;
 - so 10 arith problems x 2 seeds x 105 s (35 min) + 4 GSM8K x 2 x 130 s (17 min) = about 52 min;
-  loaded as it was, per-setting times rose 0-30%, so a quiet machine should need 45-55 min.
+  loaded as it was, per-setting times rose 0-30%, so a quiet machine should need 45-55 min;
+- the four verifier-guided search rows (added after that estimate): 12 arith problems of
+  majority and the four at n = 4 took 11 min at load about 5, about 12 s an arith problem per
+  search setting batched, so 10 x 2 x 4 x 12 s = 16 min more: about 65 min in all.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class Row:
 # Every registered strategy is a row or in EXCLUDED (tests/evals/test_results_page.py checks it).
 # Options fit SmolLM2-135M's short answers without thinking tags; the cheap samplers run at every
 # n, ffs_k / lfs_k (k=3 <= n) at the largest, the multi-round ones at the smallest.
+SEARCH: dict[str, Any] = {"m": 2, "max_depth": 6, "step_max_tokens": 64}
 ROWS = (
     Row("single", gsm8k=True),
     Row("majority", gsm8k=True),
@@ -96,7 +100,12 @@ ROWS = (
     Row("sr"),
     Row("rsa", "min", {"k": 2, "t": 1}),
     Row("hogwild", "min"),
-    # weighted_bon, beam_search, dvts, particle_filtering: add their rows here when they land.
+    # Verifier-guided search with the LLM-as-verifier (no reward model can be downloaded here):
+    # 2 beams x 2 expansions at n = 4, steps of at most 64 tokens, 6 deep.
+    Row("weighted_bon", "min"),
+    Row("beam_search", "min", SEARCH),
+    Row("dvts", "min", SEARCH),
+    Row("particle_filtering", "min", {k: v for k, v in SEARCH.items() if k != "m"}),
 )
 EXCLUDED = {
     "llmcompiler": "a tool-use planner (it plans calls to the calculator, python and lookup tools): "
