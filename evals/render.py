@@ -29,6 +29,7 @@ _COLUMNS = (
     ("seq tok", "sequential_tokens", "{:.0f}"),
     ("wasted tok", "wasted_tokens", "{:.0f}"),
     ("probe tok", "probe_tokens", "{:.0f}"),
+    ("score tok", "score_tokens", "{:.0f}"),
     ("prompt tok", "prompt_tokens", "{:.0f}"),
     ("cached", "cached_prompt_tokens", "{:.0f}"),
     ("tok/correct", "total_tokens_per_correct", "{:.0f}"),

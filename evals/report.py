@@ -48,6 +48,7 @@ def problem_stats(record: EvalRecord) -> ProblemStats:
         cached_prompt_tokens=usage.cached_prompt_tokens,
         outcome=record.grade.outcome,
         probe_tokens=usage.probe_tokens,
+        score_tokens=usage.score_tokens,
     )
 
 

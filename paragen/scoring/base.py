@@ -118,6 +118,6 @@ def parse_scorer_spec(spec: str) -> tuple[str, str | None, dict[str, str]]:
 
 
 SPEC_HINT = (
-    "scorers: llm, engine:PATH, vllm:PATH, vllm-server:URL, scripted:FILE.json"
+    "scorers: llm, engine:PATH, vllm:PATH, vllm-server:URL, scripted:FILE.json, custom:NAME"
     " (options after '?', e.g. ?step_tag=<extra_0>)"
 )

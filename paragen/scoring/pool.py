@@ -26,9 +26,18 @@ SCORER_KINDS: dict[str, str] = {
 }
 
 
+# ``custom:NAME`` names a Scorer object given in Python (``Scorers({"custom:NAME": scorer})``).
+CUSTOM = "custom"
+
+
 def build_scorer(spec: str) -> Scorer:
     """A scorer from its spec, not yet opened (``llm`` is not an object: ``ctx.score`` runs it)."""
     kind, target, options = parse_scorer_spec(spec)
+    if kind == CUSTOM:
+        raise ConfigError(
+            f"no scorer was given under {spec!r}",
+            hint=f"Orchestrator(..., scorers=Scorers({{{spec!r}: your_scorer}}))",
+        )
     if kind not in SCORER_KINDS:
         raise ConfigError(f"unknown scorer {spec!r}", hint=SPEC_HINT)
     if not target:
@@ -47,7 +56,7 @@ def check_scorer_spec(spec: str) -> str:
     kind, target, _ = parse_scorer_spec(spec)
     if kind == LLM_VERIFIER and target is None:
         return spec
-    if kind not in SCORER_KINDS:
+    if kind not in SCORER_KINDS and kind != CUSTOM:
         raise ConfigError(f"unknown scorer {spec!r}", hint=SPEC_HINT)
     if not target:
         raise ConfigError(f"scorer {kind!r} needs a target ({kind}:...)", hint=SPEC_HINT)

@@ -175,3 +175,16 @@ async def test_a_pool_opens_each_spec_once_and_closes_what_it_opened(monkeypatch
         for _ in range(3):
             await orch.run(ScoreOnce(verifier="engine:/some/prm"), Problem(question="2+2?"))
     assert len(built) == 1 and built[0].closed and len(built[0].requests) == 3
+
+
+async def test_a_scorer_given_in_python_is_named_custom() -> None:
+    from strategies.weighted_bon import WeightedBoN
+
+    scorer = CountingScorer()
+    backend = ScriptedBackend(verifier_says("Yes"))
+    async with Orchestrator(backend, scorers=Scorers({"custom:mine": scorer})) as orch:
+        result = await orch.run(WeightedBoN(n=2, verifier="custom:mine"), Problem(question="2+2?"))
+    assert result.usage.num_scores == 2 and len(scorer.requests) == 2
+    async with Orchestrator(backend) as orch:  # named but not given: refused when the run opens
+        with pytest.raises(ConfigError, match="no scorer was given under 'custom:other'"):
+            await orch.run(WeightedBoN(n=2, verifier="custom:other"), Problem(question="2+2?"))
