@@ -181,16 +181,25 @@ STRATEGY_OPTIONS: dict[str, dict[str, object]] = {
     "lfs_k": {"k": 2},
     "rsa": {"k": 2, "t": 1},
     "dynasor": {"interval": 8, "probe_tokens": 4},
+    # The searches grow a solution step by step and the verifier reads all of it: bounded so that
+    # the verifier's prompt fits the 2048-token context the server is started with.
+    **{s: {"max_depth": 3, "step_max_tokens": 24} for s in ("beam_search", "dvts", "particle_filtering")},
 }
 
 
 @pytest.mark.parametrize("name", sorted(names("paragen.strategies")))
 async def test_every_builtin_strategy_runs_on_vllm(vllm_server: Server, name: str) -> None:
     backend = client(vllm_server)
+    try:
+        await _runs_on_vllm(vllm_server, backend, name)
+    finally:  # a failed run must not leave its connection to be collected during a later test
+        await backend.aclose()
+
+
+async def _runs_on_vllm(vllm_server: Server, backend: OpenAIBackend, name: str) -> None:
     if name == "hogwild":  # needs a shared KV cache; the error names the approximation to use
         with pytest.raises(ConfigError, match="hogwild_text"):
             await Orchestrator(backend).run(build_strategy(name), Problem(question="What is 3 + 4?"))
-        await backend.aclose()
         return
     options = dict(STRATEGY_OPTIONS.get(name, {}))
     try:
@@ -211,7 +220,6 @@ async def test_every_builtin_strategy_runs_on_vllm(vllm_server: Server, name: st
         assert result.stop_reason == "done", result.error
     assert result.usage.total_tokens > 0 and not [t.error for t in result.traces if t.status == "error"]
     assert vllm_server.wait_idle()["vllm:num_requests_running"] == 0
-    await backend.aclose()
 
 
 def _watch_first_token(monkeypatch: pytest.MonkeyPatch) -> anyio.Event:
