@@ -8,8 +8,12 @@ expansions; the median of RUNS runs, on two scripted backends (one request per s
 choices per request as the engine takes them). A "floor" row runs the same samples and scores
 (DEPTH rounds of one fan-out of N, each sample scored as it ends) without any search decision:
 what the core's fan-outs and ctx.score cost alone, so the table splits the overhead between the
-core and the strategy. Prints the table, then a JSON line whose ``beam_search_wall_over_ideal``
-(the worse backend) should be at most 1.05.
+core and the strategy. Two more figures say where the rest goes: "loop floor", the same sleeps
+(DEPTH rounds of N tasks, each sleeping GEN_S then SCORE_S) on bare anyio with no paragen at all,
+which is what the event loop's timer alone overshoots; and "CPU per depth", one depth of the beam
+search with every latency set to zero (the best of RUNS x 4 runs), which is the core's, the
+strategy's and the scripted fakes' own work that lands on the critical path. Prints the table, then
+a JSON line whose ``beam_search_wall_over_ideal`` (the worse backend) should be at most 1.05.
 
     .venv/bin/python benchmarks/search.py [RUNS]
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import time
 import zlib
 from typing import Any
 
@@ -86,6 +91,41 @@ async def one_run(caps: Capabilities, strategy: Strategy | None = None) -> Strat
     return await orch.run(strategy or search, PROBLEM)
 
 
+async def loop_floor(runs: int) -> float:
+    """The median wall time of the search's sleeps alone on bare anyio: the event loop's own floor."""
+
+    async def sample() -> None:
+        await anyio.sleep(GEN_S)
+        await anyio.sleep(SCORE_S)
+
+    async def once() -> float:
+        start = time.perf_counter()
+        for _ in range(DEPTH):
+            async with anyio.create_task_group() as tg:
+                for _ in range(N):
+                    tg.start_soon(sample)
+        return time.perf_counter() - start
+
+    await once()
+    return statistics.median([await once() for _ in range(runs)])
+
+
+async def cpu_per_depth(caps: Capabilities, runs: int) -> float:
+    """Seconds one depth of the beam search takes with zero latencies (the best of ``runs``)."""
+    global GEN_S, SCORE_S
+    saved, (GEN_S, SCORE_S) = (GEN_S, SCORE_S), (0.0, 0.0)
+    try:
+        await one_run(caps)
+        walls = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            await one_run(caps)
+            walls.append(time.perf_counter() - start)
+    finally:
+        GEN_S, SCORE_S = saved
+    return min(walls) / DEPTH
+
+
 async def median_wall(
     caps: Capabilities, runs: int, strategy: Strategy | None = None
 ) -> tuple[float, StrategyResult]:
@@ -102,26 +142,36 @@ async def bench(runs: int) -> dict[str, Any]:
     )
     print(f"ideal critical path: {DEPTH} x ({gen_ms:.0f} + {score_ms:.0f}) ms = {ideal * 1000:.0f} ms")
     print(f"median of {runs} runs; 'floor': the same samples and scores without search decisions")
-    head = ("backend", "wall ms", "/ ideal", "floor", "samples", "scores", "tokens")
-    print(f"{head[0]:<24} {head[1]:>9} {head[2]:>8} {head[3]:>8} {head[4]:>8} {head[5]:>7} {head[6]:>7}")
+    head = ("backend", "wall ms", "/ ideal", "floor", "CPU/depth", "samples", "scores", "tokens")
+    print(
+        f"{head[0]:<24} {head[1]:>9} {head[2]:>8} {head[3]:>8} {head[4]:>10}"
+        f" {head[5]:>8} {head[6]:>7} {head[7]:>7}"
+    )
     ratios: dict[str, float] = {}
     floors: dict[str, float] = {}
+    cpus: dict[str, float] = {}
     for name, caps in BACKENDS.items():
         floor, _ = await median_wall(caps, runs, Floor())
         wall, last = await median_wall(caps, runs)
         assert last.answer == "42" and last.metrics["depth"] == DEPTH, last.metrics
         ratios[name], floors[name] = wall / ideal, floor / ideal
+        cpus[name] = await cpu_per_depth(caps, 4 * runs)
         usage = last.usage
         print(
             f"{name:<24} {wall * 1000:>9.1f} {wall / ideal:>8.3f} {floor / ideal:>8.3f}"
-            f" {usage.num_samples:>8} {usage.num_scores:>7} {usage.total_tokens:>7}"
+            f" {cpus[name] * 1000:>7.2f} ms {usage.num_samples:>8} {usage.num_scores:>7}"
+            f" {usage.total_tokens:>7}"
         )
+    bare = await loop_floor(runs) / ideal
+    print(f"loop floor (the same sleeps on bare anyio, no paragen): {bare:.3f} x ideal")
     worst = max(ratios.values())
     print(f"beam search wall / ideal (worse backend): {worst:.3f} (goal <= 1.05)")
     return {
         "beam_search_wall_over_ideal": round(worst, 4),
         "by_backend": {k: round(v, 4) for k, v in ratios.items()},
         "floor_over_ideal": {k: round(v, 4) for k, v in floors.items()},
+        "loop_floor_over_ideal": round(bare, 4),
+        "cpu_ms_per_depth": {k: round(v * 1000, 3) for k, v in cpus.items()},
         "ideal_s": ideal,
         "n": N,
         "m": M,
