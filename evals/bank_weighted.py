@@ -5,7 +5,9 @@ weighted best-of-k for every k <= N is an expectation over the k-subsets of its 
 maj@k is: exact where there are at most ``EXACT_SUBSETS`` subsets, else the mean over that many
 subsets drawn with a fixed seed (the row's label says which). Subsets keep the order samples
 finished in, so ties break as the live vote's did, and the aggregation is the strategies' own
-(:mod:`paragen.scoring.aggregate`): weighted@N with the run's aggregate is its live answer.
+(:mod:`paragen.scoring.aggregate`): weighted@N with the run's aggregate is its live answer. The
+rows always sum the scores per answer (weighted best-of-N, ``weighting="sum"``, the default): a
+run made with ``weighting="max"`` is re-scored as weighted best-of-k too, not as its own vote.
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def show(result: StrategyResult, console: Console | None = None) -> None:
     console.print(
         f"tokens: total {u.total_tokens}, sequential {u.sequential_tokens}, wasted {u.wasted_tokens}, "
         f"prompt {u.prompt_tokens} (cached {u.cached_prompt_tokens}), judge {u.judge_tokens}, "
-        f"probes {u.num_probes} ({u.probe_tokens} tokens); "
+        f"probes {u.num_probes} ({u.probe_tokens} tokens), scores {u.num_scores} ({u.score_tokens} tokens); "
         f"latency {u.latency_s:.3f}s, ttft {ttft}; counted by {', '.join(u.count_sources) or '-'}"
     )
     if result.metrics:

@@ -22,6 +22,7 @@ from paragen.accounting import summarize
 from paragen.backends.base import Backend, open_backend
 from paragen.config import Budget
 from paragen.context import RunContext
+from paragen.errors import ConfigError
 from paragen.events import EventSink, RunEnded
 from paragen.ledger import Ledger
 from paragen.outcome import StopReason, classify, leaves
@@ -71,6 +72,12 @@ class Orchestrator:
         """Open the reward models ``strategy``'s config names (``verifier``), as a backend is opened:
         a wrong path or URL fails here, once, before any sample."""
         spec = getattr(strategy.config, "verifier", None)
+        if spec == LLM_VERIFIER and not self.backend.capabilities.logprobs:
+            # Refused before any sample: found at the first score, it would cost every problem its samples.
+            raise ConfigError(
+                f"{strategy.name}'s verifier 'llm' needs a backend that returns logprobs",
+                hint="use the engine, vLLM or a server with logprobs, or set verifier to a reward model",
+            )
         if isinstance(spec, str) and spec != LLM_VERIFIER:
             await self.scorers.get(spec)
 

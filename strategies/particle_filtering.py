@@ -67,12 +67,12 @@ class ParticleFiltering(BaseStrategy[ParticleFilteringConfig]):
         search = StepSearch(ctx, cfg, problem.question)
         seed = cfg.seed if cfg.seed is not None else ctx.defaults.seed
         rng = random.Random(f"particle_filtering/{0 if seed is None else seed}/{problem.id}")
-        particles, depth = [Path() for _ in range(cfg.n)], 0
+        particles, ran = [Path() for _ in range(cfg.n)], 0
         for depth in range(cfg.max_depth):
             growing = [p for p in particles if not p.finished]
             if not growing:
                 break
-            grown = await search.expand(growing, 1, depth=depth)
+            grown, ran = await search.expand(growing, 1, depth=depth), depth + 1
             # A particle whose sample failed is lost; the others (and the finished ones) go on.
             population = [p for p in particles if p.finished] + [p for found in grown for p in found]
             if not population:
@@ -82,7 +82,7 @@ class ParticleFiltering(BaseStrategy[ParticleFilteringConfig]):
                 if all(p.finished for p in population)
                 else self._resample(ctx, rng, population, depth)
             )
-        return self._finish(ctx, particles, metrics={"depth": float(depth + 1)})
+        return self._finish(ctx, particles, metrics={"depth": float(ran)})
 
     def _weights(self, particles: list[Path]) -> list[float]:
         cfg = self.config

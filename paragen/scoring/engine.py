@@ -54,6 +54,8 @@ class EngineScorer:
         max_batch_tokens: str | int = DEFAULT_MAX_BATCH_TOKENS,
     ) -> None:
         self.name = f"engine:{target}"
+        if device.startswith("cuda") and not torch.cuda.is_available():  # else a worker thread's traceback
+            raise ConfigError(f"scorer {self.name}: device {device!r} but torch sees no CUDA GPU")
         self.target, self.step_tag, self.device = target, step_tag, device
         # fp32 on a CPU unless asked: the scores stay exact, and a scorer's prefill is compute-bound.
         is_cpu = not device.startswith("cuda")

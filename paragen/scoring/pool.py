@@ -8,7 +8,7 @@ Orchestrator make one and close it with ``aclose()``).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import anyio
@@ -46,7 +46,9 @@ def build_scorer(spec: str) -> Scorer:
     cls: Any = getattr(importlib.import_module(module_name), class_name)
     try:
         scorer: Scorer = cls(target, **options)
-    except TypeError as exc:  # an option the scorer does not take
+    except ConfigError:  # the scorer's own one line (a ValueError too, so caught first)
+        raise
+    except (TypeError, ValueError, OSError) as exc:  # an option it does not take, a bad value or file
         raise ConfigError(f"scorer {spec!r}: {exc}", hint=SPEC_HINT) from exc
     return scorer
 
@@ -64,24 +66,34 @@ def check_scorer_spec(spec: str) -> str:
 
 
 class Scorers:
-    """The scorers opened so far, by spec; ``given`` ones (a test's scripted scorer) are used as they are."""
+    """The scorers opened so far, by spec; ``given`` ones (a test's scripted scorer) are used as they are.
 
-    def __init__(self, given: Mapping[str, Scorer] | None = None) -> None:
+    ``allowed``, when set, is every spec that may be opened (``paragen serve --scorer``): a spec
+    from elsewhere (a client's request) must not make the process load a model, read a file or
+    call a URL of its choosing.
+    """
+
+    def __init__(
+        self, given: Mapping[str, Scorer] | None = None, *, allowed: Collection[str] | None = None
+    ) -> None:
         self._given = dict(given or {})
+        self._allowed = None if allowed is None else frozenset(allowed)
         self._opened: dict[str, Scorer] = {}
         self._lock = anyio.Lock()
 
     async def get(self, spec: str) -> Scorer:
         """The scorer for ``spec``, opened on first use (a wrong path or URL fails here, once)."""
-        if spec in self._given:
-            return self._given[spec]
-        async with self._lock:
+        found = self._given.get(spec) or self._opened.get(spec)
+        if found is not None:  # the common case, every ctx.score: no lock
+            return found
+        if self._allowed is not None and spec not in self._allowed:
+            raise ConfigError(
+                f"scorer {spec!r} is not served here",
+                hint="the server's operator names the scorers clients may use (paragen serve --scorer SPEC)",
+            )
+        async with self._lock:  # one open per spec, however many runs ask for it at once
             if spec not in self._opened:
-                scorer = build_scorer(spec)
-                opener = getattr(scorer, "open", None)
-                if opener is not None:
-                    await opener()
-                self._opened[spec] = scorer
+                self._opened[spec] = await _opened(build_scorer(spec))
             return self._opened[spec]
 
     async def aclose(self) -> None:
@@ -90,3 +102,17 @@ class Scorers:
         for scorer in opened:
             with anyio.CancelScope(shield=True):
                 await scorer.aclose()
+
+
+async def _opened(scorer: Scorer) -> Scorer:
+    """``scorer`` after its ``open()``; closed again if that fails (a client or engine half made)."""
+    opener = getattr(scorer, "open", None)
+    if opener is None:
+        return scorer
+    try:
+        await opener()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await scorer.aclose()
+        raise
+    return scorer

@@ -54,6 +54,8 @@ class VLLMServerScorer:
         *,
         transport: httpx.AsyncBaseTransport | None = None,  # tests inject faults here
     ) -> None:
+        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+            raise TypeError("transport is not a spec option")  # a test's hook, not a string
         self.root = target.rstrip("/").removesuffix("/v1")
         self.model = model
         self.step_tag = step_tag
@@ -149,7 +151,7 @@ class VLLMServerScorer:
         if response.status_code == 404 and path in ("/pooling", "/v1/models"):
             if path == "/pooling":
                 raise ScorerError(
-                    f"{self.root} serves no pooling model (POST /pooling: 404)", hint=PRM_SERVE_HINT
+                    f"{self.root} serves no pooling model (POST /pooling: 404)", hint=self._hint
                 )
             raise ScorerError(f"{self.root} is not a vLLM server (GET /v1/models: 404)", hint=_URL_HINT)
         if response.status_code >= 400:

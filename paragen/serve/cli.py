@@ -16,6 +16,7 @@ _FLAGS = {
     "defaults.temperature": "temperature",
     "defaults.max_tokens": "max-tokens",
     "budget.deadline_s": "deadline",
+    "scorers": "scorer",
 }
 
 
@@ -44,6 +45,10 @@ def serve_command(
         str,
         typer.Option(help="how majority-N votes over tool calls: name, arguments or hierarchical"),
     ] = "hierarchical",
+    scorer: Annotated[
+        list[str],
+        typer.Option(help="a reward model requests may name as their verifier (repeatable; llm needs none)"),
+    ] = [],  # noqa: B006
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     access_log: Annotated[
         bool, typer.Option(help="log one line per request (method, path, status; never a header)")
@@ -65,6 +70,7 @@ def serve_command(
         defaults={"temperature": temperature, "max_tokens": max_tokens},
         budget={"deadline_s": deadline},
         tool_vote=tool_vote,
+        scorers=tuple(scorer),
     )
     sock = bind(host, port)  # before the model loads: a taken port fails at once
     try:
@@ -130,4 +136,5 @@ def _validated(model: Any, **values: Any) -> Any:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
         flag = _FLAGS.get(field, field.replace("_", "-"))
-        raise ConfigError(f"bad value for --{flag}: {err['msg']}") from None
+        message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix for a validator's error
+        raise ConfigError(f"bad value for --{flag}: {message}") from None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 
 from paragen.config import Budget
+from paragen.scoring.pool import check_scorer_spec
 from paragen.types import Model, SamplingParams
 
 
@@ -19,6 +20,8 @@ class ServeConfig(Model):
     sampling parameters a request does not set. ``model_names`` are the names the backend's
     model is served under (the first is listed first in /v1/models). ``tool_vote`` is the rule
     a majority vote over tool calls uses when a request does not name one (paragen.serve.toolvote).
+    ``scorers`` are the reward models a request's strategy may name as its ``verifier`` (loaded on
+    first use and kept); the LLM-as-verifier (``llm``) needs none, and no other spec is opened.
     """
 
     model_names: tuple[str, ...] = Field(min_length=1)
@@ -31,3 +34,9 @@ class ServeConfig(Model):
     defaults: SamplingParams = Field(default_factory=SamplingParams)
     budget: Budget = Field(default_factory=Budget)
     tool_vote: Literal["name", "arguments", "hierarchical"] = "hierarchical"  # majority over tool calls
+    scorers: tuple[str, ...] = ()
+
+    @field_validator("scorers")
+    @classmethod
+    def _known_scorers(cls, specs: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_scorer_spec(spec) for spec in specs)

@@ -58,8 +58,9 @@ class Service:
         self.config = config
         self.router = Router(config.model_names, config.defaults, config.budget, config.tool_vote)
         self.stats = Stats()
-        # Reward models that served strategies name are loaded on first use and kept for the server's life.
-        self.scorers = Scorers()
+        # Reward models that served strategies name are loaded on first use and kept for the server's
+        # life; only those the operator listed: a client must not pick a path or URL to load.
+        self.scorers = Scorers(allowed=config.scorers)
 
     @contextmanager
     def admit(self, plan: Plan) -> Iterator[None]:

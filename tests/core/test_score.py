@@ -128,6 +128,7 @@ async def test_the_llm_verifier_needs_logprobs() -> None:
     async with Orchestrator(backend) as orch:
         with pytest.raises(ConfigError, match="needs a backend that returns logprobs"):
             await orch.run(ScoreOnce(), Problem(question="2+2?"))
+    assert backend.calls == 0  # refused when the run opens, not after the samples were paid for
 
 
 async def test_a_failing_scorer_ends_the_run_as_a_backend_error() -> None:
@@ -188,3 +189,54 @@ async def test_a_scorer_given_in_python_is_named_custom() -> None:
     async with Orchestrator(backend) as orch:  # named but not given: refused when the run opens
         with pytest.raises(ConfigError, match="no scorer was given under 'custom:other'"):
             await orch.run(WeightedBoN(n=2, verifier="custom:other"), Problem(question="2+2?"))
+
+
+class OpensAndFails(CountingScorer):
+    async def open(self) -> None:
+        raise ScorerError("no model at /some/prm")
+
+
+async def test_a_scorer_whose_open_fails_is_closed_and_opened_again_next_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import paragen.scoring.pool as pool
+
+    built: list[CountingScorer] = []
+
+    def fake_build(spec: str) -> CountingScorer:
+        built.append(OpensAndFails())
+        return built[-1]
+
+    monkeypatch.setattr(pool, "build_scorer", fake_build)
+    scorers = Scorers()
+    for _ in range(2):
+        with pytest.raises(ScorerError, match="no model"):
+            await scorers.get("engine:/some/prm")
+    assert len(built) == 2 and all(s.closed for s in built)  # nothing half-opened is left behind
+
+
+async def test_a_pool_with_an_allow_list_opens_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    import paragen.scoring.pool as pool
+
+    monkeypatch.setattr(pool, "build_scorer", lambda spec: CountingScorer())
+    scorers = Scorers({"custom:given": CountingScorer()}, allowed=["engine:/served/prm"])
+    assert isinstance(await scorers.get("engine:/served/prm"), CountingScorer)
+    assert isinstance(await scorers.get("custom:given"), CountingScorer)
+    for spec in ("engine:/etc", "vllm-server:http://internal:8000", "scripted:/etc/passwd"):
+        with pytest.raises(ConfigError, match="is not served here"):
+            await scorers.get(spec)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("vllm-server:http://x?timeout=soon", "could not convert"),
+        ("vllm-server:http://x?transport=mock", "transport is not a spec option"),
+        ("vllm-server:http://x?colour=red", "unexpected keyword"),
+    ],
+)
+def test_a_bad_scorer_option_is_one_config_error(spec: str, message: str) -> None:
+    from paragen.scoring.pool import build_scorer
+
+    with pytest.raises(ConfigError, match=message):
+        build_scorer(spec)

@@ -64,6 +64,15 @@ CASES: list[tuple[str, str, Any, int, str]] = [
     ),
     ("config of the wrong type", CHAT, chat(model="ffs/scripted", paragen={"config": {"k": "x"}}), 400, "k:"),
     ("config without strategy", CHAT, chat(paragen={"config": {"k": 2}}), 400, "need a strategy"),
+    (  # a client must not make the server load a model or call a URL of its choosing
+        "verifier the server does not serve",
+        CHAT,
+        chat(
+            model="weighted_bon-2/scripted", paragen={"config": {"verifier": "vllm-server:http://internal"}}
+        ),
+        400,
+        "scorer 'vllm-server:http://internal' is not served here",
+    ),
     (
         "two strategies",
         CHAT,

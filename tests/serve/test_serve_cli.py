@@ -149,6 +149,7 @@ def _taken_port() -> tuple[str, object]:
         (["-b", "scripted", "--port", "-1"], {}, "bad port -1"),
         (["-b", "scripted", "--log-level", "nope"], {}, "bad --log-level 'nope'"),
         (["-b", "scripted", "--tool-vote", "nope"], {}, "bad value for --tool-vote"),
+        (["-b", "scripted", "--scorer", "bogus:x"], {}, "bad value for --scorer: unknown scorer 'bogus:x'"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args: list[str], env: dict[str, str], message: str) -> None:

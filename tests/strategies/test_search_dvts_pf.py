@@ -111,6 +111,7 @@ async def test_finished_particles_are_carried_and_argmax_or_vote_decides() -> No
     grown = [r.request for r in backend.streams[3:]]
     assert len(grown) == 3 - copies_of_a  # a finished: its copies are carried, never extended
     assert argmax.answer == ("6" if copies_of_a else "5") and argmax.metrics["finished"] == 3
+    assert argmax.metrics["depth"] == (1 if copies_of_a == 3 else 2)  # the depths that ran, no more
     select_vote = ParticleFiltering(n=3, verifier=VERIFIER, select="vote")
     vote, _, _ = await run_search(select_vote, tree, scores, seed=3)
     assert vote.answer == ("6" if 0.9 * copies_of_a > 0.6 * (3 - copies_of_a) else "5")
@@ -122,6 +123,7 @@ async def test_particle_depth_limit() -> None:
     strategy = ParticleFiltering(n=2, max_depth=2, finish_at_limit=False, verifier=VERIFIER)
     result, backend, _ = await run_search(strategy, tree, {})
     assert len(backend.streams) == 4 and result.answer is None and result.metrics["finished"] == 0
+    assert result.metrics["depth"] == 2
 
 
 def test_bad_configs_and_n() -> None:
