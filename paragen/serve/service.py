@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from paragen.backends.base import Backend
-from paragen.errors import ParagenError
+from paragen.errors import BackendError, ParagenError
 from paragen.events import SampleEnded, SampleStarted
 from paragen.orchestrator import Orchestrator
 from paragen.scoring.pool import Scorers
@@ -153,6 +153,8 @@ class Service:
         )
         try:
             result = await orchestrator.run(plan.strategy(text_sink), plan.problem)
+        except BackendError as exc:  # a reward model that cannot be opened: the server's fault
+            raise _backend_failed(exc.one_line()) from None
         except ParagenError as exc:  # a strategy refusing its config only once it runs
             raise from_paragen(exc, param="paragen.config") from None
         except APIError:

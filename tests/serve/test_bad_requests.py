@@ -157,3 +157,14 @@ def test_runs_past_the_limit_get_429(serve: Serve) -> None:
     assert second.status_code == 429 and second.headers["Retry-After"] == "1"
     assert "running 1 of at most 1 runs" in second.json()["error"]["message"]
     assert health["rejected_total"] == 1
+
+
+def test_a_listed_scorer_that_cannot_be_opened_is_a_502(serve: Serve) -> None:
+    backend = ScriptedBackend(["The answer is \\boxed{12}."])
+    down = "vllm-server:http://127.0.0.1:9?timeout=2"  # the discard port: nothing listens there
+    body = chat(model="weighted_bon-2/scripted", paragen={"config": {"verifier": down}})
+    with serve(backend, scorers=(down,)) as url:
+        response = httpx.post(url + CHAT, json=body)
+    assert response.status_code == 502, response.text  # the server's fault, not the client's
+    assert "cannot reach vLLM at http://127.0.0.1:9" in response.json()["error"]["message"]
+    assert backend.calls == 0  # opened before any sample
