@@ -51,7 +51,7 @@ class VLLMConfig(Model):
         return {**kwargs, **self.engine_args}
 
 
-def _import_vllm() -> Any:
+def import_vllm() -> Any:
     try:
         import vllm
     except ImportError as exc:
@@ -62,15 +62,15 @@ def _import_vllm() -> Any:
 
 
 def _build_engine(config: VLLMConfig) -> Any:
-    vllm = _import_vllm()
+    vllm = import_vllm()
     try:
         from vllm.v1.engine.async_llm import AsyncLLM as Engine
     except ImportError:  # vLLM before the V1 engine
         Engine = vllm.AsyncLLMEngine
-    return Engine.from_engine_args(vllm.AsyncEngineArgs(**_cpu_safe(config.to_engine_kwargs())))
+    return Engine.from_engine_args(vllm.AsyncEngineArgs(**cpu_safe(config.to_engine_kwargs())))
 
 
-def _cpu_safe(kwargs: dict[str, Any]) -> dict[str, Any]:
+def cpu_safe(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Whole prefills on vLLM's CPU build unless the user chose otherwise: its CPU worker (0.32)
     crashes on a seeded request whose prefill is chunked ("CPU Generator does not use offset"),
     and every sample paragen sends under a sweep's --seed is seeded."""
@@ -89,7 +89,7 @@ class VLLMBackend:
 
     def __init__(self, config: VLLMConfig, *, engine: Any = None) -> None:
         self.config = config
-        self._vllm = _import_vllm()
+        self._vllm = import_vllm()
         self.engine = engine if engine is not None else _build_engine(config)
         self._tokenizer: Any = None
 

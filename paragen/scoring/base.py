@@ -98,6 +98,15 @@ def prm_messages(
     ]
 
 
+def orm_messages(question: str, steps: Sequence[str]) -> list[dict[str, str]]:
+    """The chat an ORM rates: the question, then the whole solution as the reply (its steps joined
+    by blank lines, as the LLM-as-verifier joins them)."""
+    return [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": "\n\n".join(s.strip() for s in steps)},
+    ]
+
+
 def parse_scorer_spec(spec: str) -> tuple[str, str | None, dict[str, str]]:
     """``KIND[:TARGET][?key=value&...]`` -> (kind, target, options).
 

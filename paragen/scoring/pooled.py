@@ -12,8 +12,6 @@ tensor, as a list): both are the same pooler output.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from paragen.errors import ConfigError
 from paragen.scoring.base import ScorerError, ScorerKind
 
@@ -62,14 +60,6 @@ def orm_score(data: object) -> float:
             hint=ORM_SERVE_HINT,
         )
     return _number(data[0])
-
-
-def orm_messages(question: str, steps: Sequence[str]) -> list[dict[str, str]]:
-    """The chat an ORM rates: the question and the whole solution as the assistant's reply."""
-    return [
-        {"role": "user", "content": question},
-        {"role": "assistant", "content": "\n\n".join(s.strip() for s in steps)},
-    ]
 
 
 def check_kind(kind: str) -> ScorerKind:

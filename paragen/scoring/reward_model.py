@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 from paragen.engine import loader
 from paragen.engine.attention import Attend, AttnMeta, rope_
 from paragen.engine.model import Model
-from paragen.scoring.base import ScoreRequest, ScorerError, ScorerKind, prm_messages
+from paragen.scoring.base import ScoreRequest, ScorerError, ScorerKind, orm_messages, prm_messages
 
 # A token- or process-level head scores at step tags (a PRM); any other reads the last token (an ORM).
 PRM_SUFFIXES = ("ProcessRewardModel", "TokenClassification")
@@ -63,13 +62,6 @@ def load_head(head: dict[str, torch.Tensor], device: torch.device, where: Path) 
     return ScoreHead(
         [(head[f"{layer}weight"].to(device, torch.float32), get(f"{layer}bias")) for layer in layers]
     )
-
-
-def orm_messages(question: str, steps: Sequence[str]) -> list[dict[str, str]]:
-    """The chat an ORM scores: the question, then the whole solution as the reply (joined as the
-    LLM-as-verifier joins it)."""
-    answer = "\n\n".join(step.strip() for step in steps)
-    return [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
 
 
 def head_kind(arch: str, where: Path) -> ScorerKind:
@@ -122,11 +114,7 @@ class RewardModel:
         if self.kind == "prm":
             messages = prm_messages(request.question, request.steps, self.step_tag)
         else:
-            answer = "\n\n".join(step.strip() for step in request.steps)
-            messages = [
-                {"role": "user", "content": request.question},
-                {"role": "assistant", "content": answer},
-            ]
+            messages = orm_messages(request.question, request.steps)
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
         # The template writes any BOS itself; letting the tokenizer add one more would shift every position.
         ids = [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]

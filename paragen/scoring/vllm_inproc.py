@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
-from paragen.backends.vllm import VLLMConfig, _cpu_safe, _import_vllm
+from paragen.backends.vllm import VLLMConfig, cpu_safe, import_vllm
 from paragen.errors import ConfigError
 from paragen.scoring.base import (
     DEFAULT_STEP_TAG,
@@ -28,9 +28,10 @@ from paragen.scoring.base import (
     ScorerError,
     ScorerKind,
     StepScores,
+    orm_messages,
     prm_messages,
 )
-from paragen.scoring.pooled import check_kind, orm_messages, orm_score, prm_scores
+from paragen.scoring.pooled import check_kind, orm_score, prm_scores
 
 
 class VLLMScorer:
@@ -62,7 +63,7 @@ class VLLMScorer:
         """Load the tokenizer and the engine (once)."""
         if self.engine is not None:
             return
-        vllm = _import_vllm()
+        vllm = import_vllm()
         self._tokenizer = _load_tokenizer(self.config.tokenizer or self.config.model)
         kwargs = {**self.config.to_engine_kwargs(), "runner": "pooling"}
         if self._kind == "prm":
@@ -73,7 +74,7 @@ class VLLMScorer:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         try:
-            self.engine = AsyncLLM.from_engine_args(vllm.AsyncEngineArgs(**_cpu_safe(kwargs)))
+            self.engine = AsyncLLM.from_engine_args(vllm.AsyncEngineArgs(**cpu_safe(kwargs)))
         except Exception as exc:  # a wrong path, an architecture vLLM cannot pool, ...
             raise ScorerError(f"vLLM could not load {self.config.model} as a reward model: {exc}") from exc
         if self._kind == "orm":

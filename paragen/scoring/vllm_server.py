@@ -25,13 +25,13 @@ from paragen.scoring.base import (
     ScorerError,
     ScorerKind,
     StepScores,
+    orm_messages,
     prm_messages,
 )
 from paragen.scoring.pooled import (
     ORM_SERVE_HINT,
     PRM_SERVE_HINT,
     check_kind,
-    orm_messages,
     orm_score,
     prm_scores,
 )

@@ -15,7 +15,7 @@ import pytest
 from tiny_models import chat_text, hf_orm_reward, hf_prm_step_scores, token_count
 
 from paragen.scoring import ScoreRequest, ScorerError, prm_messages
-from paragen.scoring.pooled import orm_messages
+from paragen.scoring.base import orm_messages
 from paragen.scoring.vllm_inproc import VLLMScorer
 
 pytestmark = [

@@ -16,7 +16,7 @@ from tiny_models import STEP_TAG, chat_text, hf_orm_reward, hf_prm_step_scores, 
 from vllm_servers import SERVED, start_reward_server, step_tag_id
 
 from paragen.scoring import ScoreRequest, ScorerError, Scorers, prm_messages
-from paragen.scoring.pooled import orm_messages
+from paragen.scoring.base import orm_messages
 from paragen.scoring.vllm_server import VLLMServerScorer
 
 pytestmark = [pytest.mark.server, pytest.mark.vllm_server, pytest.mark.anyio]
