@@ -341,7 +341,7 @@ def settings(args: argparse.Namespace) -> list[str]:
             f"`{row.name}`",
             ",".join(ns[row.name]),
             _options(row.options),
-            "arith, GSM8K" if row.gsm8k else "arith",
+            "arith, GSM8K" if row.gsm8k and args.gsm8k else "arith",
         ]
         for row in ROWS
     ]
