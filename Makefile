@@ -42,8 +42,8 @@ demo: setup
 	$(PY) -m evals.demo
 
 # docs/results.md and docs/results/*.png from fresh SmolLM2 runs of every built-in math strategy
-# (evals/results.py ROWS): 10 arith + 4 GSM8K problems, 2 seeds, about 65 min on 2 quiet cores
-# (+-30%; estimated from timed short runs of each setting, see the module docstring);
+# (evals/results.py ROWS): 10 arith + 4 GSM8K problems, 2 seeds; 48 min measured on 2 AMD EPYC
+# cores (bf16, 2026-11-25, from a clean worktree: the page's own wall time says 47.8 min of runs);
 # `make results RESULTS_ARGS="--size small"` is a few-minute smoke test, labelled as such on the page.
 RESULTS_ARGS ?=
 results: setup
