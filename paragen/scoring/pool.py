@@ -83,7 +83,9 @@ class Scorers:
 
     async def get(self, spec: str) -> Scorer:
         """The scorer for ``spec``, opened on first use (a wrong path or URL fails here, once)."""
-        found = self._given.get(spec) or self._opened.get(spec)
+        found = self._given.get(spec)
+        if found is None:
+            found = self._opened.get(spec)
         if found is not None:  # the common case, every ctx.score: no lock
             return found
         if self._allowed is not None and spec not in self._allowed:
