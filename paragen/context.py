@@ -39,7 +39,7 @@ from paragen.fanout import Fanout, ToolSpan
 from paragen.ledger import Account, BudgetView, Clock, Ledger
 from paragen.live import LiveSample, Monitor, continuation, stop_sample
 from paragen.scoring.base import ScoreRequest, ScorerError, StepScores
-from paragen.scoring.llm import verdict_score, verify_messages
+from paragen.scoring.llm import check_logprobs, verdict_score, verify_messages
 from paragen.scoring.pool import LLM_VERIFIER, Scorers
 from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
 
@@ -250,11 +250,7 @@ class RunContext:
     async def _verify(
         self, request: ScoreRequest, whole: bool, parents: Sequence[int], label: str
     ) -> StepScores:
-        if not self.capabilities.logprobs:
-            raise ConfigError(
-                "the LLM-as-verifier needs a backend that returns logprobs",
-                hint="use the engine, vLLM or a server with logprobs, or set verifier to a reward model",
-            )
+        check_logprobs(self.capabilities)
         messages = verify_messages(request.question, request.steps, whole=whole)
         # One greedy token: its log-probability is the verdict (see paragen.scoring.llm).
         ask = self.request(messages=messages, max_tokens=1, temperature=0.0, logprobs=True, stop=())

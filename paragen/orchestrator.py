@@ -22,10 +22,10 @@ from paragen.accounting import summarize
 from paragen.backends.base import Backend, open_backend
 from paragen.config import Budget
 from paragen.context import RunContext
-from paragen.errors import ConfigError
 from paragen.events import EventSink, RunEnded
 from paragen.ledger import Ledger
 from paragen.outcome import StopReason, classify, leaves
+from paragen.scoring.llm import check_logprobs
 from paragen.scoring.pool import LLM_VERIFIER, Scorers
 from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
@@ -72,13 +72,10 @@ class Orchestrator:
         """Open the reward models ``strategy``'s config names (``verifier``), as a backend is opened:
         a wrong path or URL fails here, once, before any sample."""
         spec = getattr(strategy.config, "verifier", None)
-        if spec == LLM_VERIFIER and not self.backend.capabilities.logprobs:
+        if spec == LLM_VERIFIER:
             # Refused before any sample: found at the first score, it would cost every problem its samples.
-            raise ConfigError(
-                f"{strategy.name}'s verifier 'llm' needs a backend that returns logprobs",
-                hint="use the engine, vLLM or a server with logprobs, or set verifier to a reward model",
-            )
-        if isinstance(spec, str) and spec != LLM_VERIFIER:
+            check_logprobs(self.backend.capabilities)
+        elif isinstance(spec, str):
             await self.scorers.get(spec)
 
     async def open(self) -> None:

@@ -72,7 +72,8 @@ class ParticleFiltering(BaseStrategy[ParticleFilteringConfig]):
             growing = [p for p in particles if not p.finished]
             if not growing:
                 break
-            grown, ran = await search.expand(growing, 1, depth=depth), depth + 1
+            grown = await search.expand(growing, 1, depth=depth)
+            ran = depth + 1
             # A particle whose sample failed is lost; the others (and the finished ones) go on.
             population = [p for p in particles if p.finished] + [p for found in grown for p in found]
             if not population:

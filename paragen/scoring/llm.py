@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from paragen.backends.base import Capabilities
+from paragen.errors import ConfigError
 from paragen.types import ChatMessage, Trace
 
 VERIFY_STEP = (
@@ -26,6 +28,15 @@ VERIFY_ANSWER = (
 YES = frozenset({"yes", "correct", "true"})
 NO = frozenset({"no", "incorrect", "false", "wrong"})
 NO_OPINION = 0.5
+
+
+def check_logprobs(capabilities: Capabilities) -> None:
+    """The LLM-as-verifier reads the verdict's log-probability: refuse a backend that returns none."""
+    if not capabilities.logprobs:
+        raise ConfigError(
+            "the LLM-as-verifier needs a backend that returns logprobs",
+            hint="use the engine, vLLM or a server with logprobs, or set verifier to a reward model",
+        )
 
 
 def verify_messages(question: str, steps: Sequence[str], *, whole: bool) -> list[ChatMessage]:
