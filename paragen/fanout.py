@@ -213,6 +213,7 @@ class Fanout:
             if not any(other.is_running for other in lives):
                 scope.cancel()
 
+        watching = self._monitor is not None or self._checkpoint is not None
         try:
             with scope:
                 async with account.backend.stream(request) as stream:
@@ -233,7 +234,7 @@ class Fanout:
                         if delta.finish_reason is not None:
                             live.apply_usage(stream.usage, choices=len(lives))
                             end_choice(live)
-                        else:
+                        elif watching:
                             await self._after_delta(live)
         except BackendError as exc:
             error = exc.one_line()

@@ -5,7 +5,9 @@ tests, fault injection and model-free demos. Each choice follows a :class:`Scrip
 its text is cut into word tokens emitted with fixed delays, and it may fail in a
 chosen way (an HTTP status before the first token, a reset or a malformed chunk
 after some tokens, a timeout). Every stream is logged in ``streams`` with when it
-was opened and closed, so tests can measure cancel-to-release latency.
+was opened and closed, so tests can measure cancel-to-release latency. Every token is a
+checkpoint unless the backend is built with ``coalesce=True`` (benchmarks: tokens already due
+arrive together, as one read of an HTTP stream).
 """
 
 from __future__ import annotations
@@ -80,8 +82,13 @@ class ScriptedBackend:
         responder: Responder | Sequence[Script | str] | None = None,
         *,
         capabilities: Capabilities | None = None,
+        coalesce: bool = False,
     ) -> None:
         self._responder = _as_responder(responder)
+        # With ``coalesce``, tokens already due are handed over without a trip through the event
+        # loop each, as an HTTP stream hands over every token that arrived in one read; without it
+        # every token is a checkpoint, which the tests that interleave streams token by token need.
+        self._coalesce = coalesce
         self._capabilities = capabilities or Capabilities(
             logprobs=True, continue_final=True, tokenizer=True, tools=True
         )
@@ -121,7 +128,7 @@ class ScriptedBackend:
         record = StreamRecord(request=request, opened=_clock())
         self.streams.append(record)
         try:
-            yield _ScriptedStream(request, scripts, record)
+            yield _ScriptedStream(request, scripts, record, coalesce=self._coalesce)
         finally:
             record.closed = _clock()
 
@@ -132,7 +139,9 @@ class ScriptedBackend:
 
 
 class _ScriptedStream:
-    def __init__(self, request: GenerateRequest, scripts: list[Script], record: StreamRecord) -> None:
+    def __init__(
+        self, request: GenerateRequest, scripts: list[Script], record: StreamRecord, *, coalesce: bool = False
+    ) -> None:
         prompt = request.prompt or "".join(m.content for m in request.messages or ())
         # Usage covers the whole request: the prompt counts once per choice, all but one from cache.
         n, size = len(scripts), len(tokenize(prompt))
@@ -144,6 +153,7 @@ class _ScriptedStream:
         self._logprobs = request.params.logprobs
         self._record = record
         self._aborted: set[int] = set()
+        self._coalesce = coalesce
 
     async def abort(self, index: int) -> None:
         self._aborted.add(index)
@@ -162,7 +172,9 @@ class _ScriptedStream:
         for when, index, position, token, finish in self._schedule():
             if index in self._aborted:
                 continue
-            await anyio.sleep(max(0.0, start + when - _clock()))
+            delay = start + when - _clock()
+            if delay > 0 or not self._coalesce:
+                await anyio.sleep(max(0.0, delay))
             if index in self._aborted:
                 continue
             self._fail_if_due(self._scripts[index], position)
