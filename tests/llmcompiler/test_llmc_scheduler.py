@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+
 import anyio
 import pytest
 from llmc_helpers import TOOLBOX, backend
@@ -24,6 +27,19 @@ DAG = """1. wait(0.3, "a")
 4. wait(0.1, "$1-${3}")
 5. wait(0.2, "e")
 6. join()<END_OF_PLAN>"""
+
+
+@pytest.fixture(autouse=True)
+def no_collection_pause() -> Iterator[None]:
+    """These tests time a schedule to 20 ms; a full garbage collection late in a long test session
+    (torch and transformers loaded) stalls the event loop for 150-400 ms and once started a tool 0.37 s
+    late. Collected before, none during."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 async def run(strategy: LLMCompiler, scripted: ScriptedBackend, problem: Problem = PROBLEM) -> StrategyResult:
