@@ -55,6 +55,8 @@ class Fanout:
         self._parents = parents
         self._checkpoint = checkpoint
         self._monitor = monitor
+        # Whether a delta needs anything beyond being added: the hot loops skip _after_delta otherwise.
+        self._watching = monitor is not None or checkpoint is not None
         self._kind = kind
         self._lives: list[LiveSample] = []
         self._checkpointed: set[int] = set()
@@ -186,13 +188,12 @@ class Fanout:
             with live.scope:
                 async with (self._opener or account.backend.stream)(request) as stream:
                     live.stream = stream
-                    watching = self._monitor is not None or self._checkpoint is not None
                     now, charge, add = ledger.clock.now, ledger.charge, live.add
                     async for delta in stream:
                         add(delta, now())
                         if charge(delta.num_tokens):
                             await ledger.cancel_all("budget")
-                        if watching:
+                        if self._watching:
                             await self._after_delta(live)
         except BackendError as exc:
             error = exc.one_line()
@@ -213,7 +214,6 @@ class Fanout:
             if not any(other.is_running for other in lives):
                 scope.cancel()
 
-        watching = self._monitor is not None or self._checkpoint is not None
         try:
             with scope:
                 async with account.backend.stream(request) as stream:
@@ -234,7 +234,7 @@ class Fanout:
                         if delta.finish_reason is not None:
                             live.apply_usage(stream.usage, choices=len(lives))
                             end_choice(live)
-                        elif watching:
+                        elif self._watching:
                             await self._after_delta(live)
         except BackendError as exc:
             error = exc.one_line()

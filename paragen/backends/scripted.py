@@ -140,7 +140,7 @@ class ScriptedBackend:
 
 class _ScriptedStream:
     def __init__(
-        self, request: GenerateRequest, scripts: list[Script], record: StreamRecord, *, coalesce: bool = False
+        self, request: GenerateRequest, scripts: list[Script], record: StreamRecord, *, coalesce: bool
     ) -> None:
         prompt = request.prompt or "".join(m.content for m in request.messages or ())
         # Usage covers the whole request: the prompt counts once per choice, all but one from cache.
