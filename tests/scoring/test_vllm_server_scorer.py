@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 from tiny_models import STEP_TAG, chat_text, hf_orm_reward, hf_prm_step_scores, token_count
-from vllm_servers import SERVED, start_reward_server, step_tag_id
+from vllm_servers import MAX_NUM_SEQS, SERVED, start_reward_server, step_tag_id
 
 from paragen.scoring import ScoreRequest, ScorerError, Scorers, prm_messages
 from paragen.scoring.base import orm_messages
@@ -107,7 +107,9 @@ async def test_a_step_tag_the_server_does_not_pool_at_names_its_id(prm_server: A
 
 async def test_cancelling_closes_the_requests_and_vllm_drops_them(prm_server: Any, tiny_prm: Path) -> None:
     """48 requests at once, cancelled while vLLM holds some in its queue: the queued ones are never
-    computed. Those in vLLM's running batch (at most --max-num-seqs 8) may finish unread."""
+    computed. At the cancel, up to two batches (--max-num-seqs 8 each) may be computed unread: one
+    finished whose replies are still on their way, and the one running (a forward pass is not
+    interrupted). Once seen: 6 scored, 16 computed."""
     scorer = await opened(prm_server.url)
     case = CASES[2]
     per_request = token_count(tiny_prm, chat_text(tiny_prm, prm_messages(case.question, case.steps)))
@@ -131,7 +133,8 @@ async def test_cancelling_closes_the_requests_and_vllm_drops_them(prm_server: An
     computed = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
     assert computed % per_request == 0
     computed_requests = int(computed // per_request)
-    assert scored <= computed_requests <= scored + 8, f"{computed_requests} computed, {scored} scored"
+    unread = computed_requests - scored
+    assert 0 <= unread <= 2 * MAX_NUM_SEQS, f"{computed_requests} computed, {scored} scored"
     assert computed_requests < 48, "vLLM computed every request: the cancel did not reach its queue"
 
 

@@ -20,6 +20,7 @@ if _BACKENDS not in sys.path:
 real_servers: Any = importlib.import_module("real_servers")
 
 SERVED = "tiny-rm"
+MAX_NUM_SEQS = 8  # vLLM's running batch: what a cancellation test may see computed unread
 
 
 def start_reward_server(model: Path, log: Path, *, step_tag_id: int | None = None) -> Any:
@@ -29,7 +30,7 @@ def start_reward_server(model: Path, log: Path, *, step_tag_id: int | None = Non
     command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     command += ["--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(port)]
     command += ["--runner", "pooling", "--dtype", "float32", "--max-model-len", "1024"]
-    command += ["--max-num-seqs", "8", "--enforce-eager", "--disable-uvicorn-access-log"]
+    command += ["--max-num-seqs", str(MAX_NUM_SEQS), "--enforce-eager", "--disable-uvicorn-access-log"]
     if step_tag_id is not None:  # vLLM's default is Qwen's <extra_0> (151651), not this tokenizer's
         command += ["--pooler-config", json.dumps({"step_tag_id": step_tag_id})]
     env = real_servers.vllm_env()
