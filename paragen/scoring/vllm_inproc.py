@@ -1,7 +1,7 @@
 """A reward model on vLLM's AsyncLLM in this process, with the pooling runner.
 
     scorer = VLLMScorer("Qwen/Qwen2.5-Math-PRM-7B", dtype="bfloat16")   # vllm:PATH?dtype=...
-    await scorer.open()      # loads the model (blocks the event loop while it does)
+    await scorer.open()      # loads the model (in a worker thread: the event loop goes on)
 
 The engine is built with ``runner="pooling"`` and, for a PRM, the step tag's token id as the
 STEP pooler's ``step_tag_id`` (read from the model's tokenizer: vLLM's default is Qwen's
@@ -18,6 +18,8 @@ import uuid
 from typing import Any
 
 import anyio
+import anyio.lowlevel
+import anyio.to_thread
 from pydantic import ValidationError
 
 from paragen.backends.vllm import VLLMConfig, cpu_safe, import_vllm
@@ -54,15 +56,33 @@ class VLLMScorer:
         self._tokenizer: Any = None
         self._tag_id: int | None = None
         self._task = "token_classify"
+        self._opening = anyio.Lock()
 
     @property
     def kind(self) -> ScorerKind:
         return self._kind
 
     async def open(self) -> None:
-        """Load the tokenizer and the engine (once)."""
-        if self.engine is not None:
-            return
+        """Load the tokenizer and the engine (once), in a worker thread: loading takes seconds to
+        minutes, and a server's other requests go on meanwhile. vLLM starts the engine's output
+        task on the event loop at the first request."""
+        async with self._opening:  # concurrent first calls load one engine
+            if self.engine is not None:
+                return
+            # Shielded: the thread cannot be stopped, and an engine it built must not be dropped
+            # unclosed; a cancellation lands at the next checkpoint, where the engine is shut down.
+            with anyio.CancelScope(shield=True):
+                engine = await anyio.to_thread.run_sync(self._load)
+            try:
+                await anyio.lowlevel.checkpoint()
+                if self._kind == "orm":
+                    self._task = await _orm_task(engine)
+            except BaseException:
+                _shutdown(engine)
+                raise
+            self.engine = engine  # last: score() takes a set engine as ready
+
+    def _load(self) -> Any:
         vllm = import_vllm()
         self._tokenizer = _load_tokenizer(self.config.tokenizer or self.config.model)
         kwargs = {**self.config.to_engine_kwargs(), "runner": "pooling"}
@@ -74,11 +94,9 @@ class VLLMScorer:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         try:
-            self.engine = AsyncLLM.from_engine_args(vllm.AsyncEngineArgs(**cpu_safe(kwargs)))
+            return AsyncLLM.from_engine_args(vllm.AsyncEngineArgs(**cpu_safe(kwargs)))
         except Exception as exc:  # a wrong path, an architecture vLLM cannot pool, ...
             raise ScorerError(f"vLLM could not load {self.config.model} as a reward model: {exc}") from exc
-        if self._kind == "orm":
-            self._task = await self._orm_task()
 
     async def score(self, request: ScoreRequest) -> StepScores:
         if self.engine is None:
@@ -94,14 +112,8 @@ class VLLMScorer:
     async def aclose(self) -> None:
         """Stop the engine (its core process included) while the event loop still runs."""
         engine, self.engine = self.engine, None
-        if engine is None:
-            return
-        engine.shutdown()
-        # As the vllm backend does: AsyncLLM.__del__ would shut down again at interpreter exit,
-        # after the loop is gone, and print a traceback; with these gone it has nothing to do.
-        for part in ("output_handler", "engine_core", "renderer"):
-            if getattr(engine, part, None) is not None:
-                setattr(engine, part, None)
+        if engine is not None:
+            _shutdown(engine)
 
     def _prompt_ids(self, request: ScoreRequest) -> list[int]:
         if self._kind == "orm":
@@ -133,10 +145,21 @@ class VLLMScorer:
                     await self.engine.abort(request_id)
         raise ScorerError("vLLM ended the scoring request without an output")
 
-    async def _orm_task(self) -> str:
-        """``classify`` for a sequence classifier; ``token_classify`` for a per-token reward model."""
-        tasks = await self.engine.get_supported_tasks()
-        return "classify" if "classify" in tasks else "token_classify"
+
+async def _orm_task(engine: Any) -> str:
+    """``classify`` for a sequence classifier; ``token_classify`` for a per-token reward model."""
+    tasks = await engine.get_supported_tasks()
+    return "classify" if "classify" in tasks else "token_classify"
+
+
+def _shutdown(engine: Any) -> None:
+    """Stop the engine (its core process included) while the event loop still runs."""
+    engine.shutdown()
+    # As the vllm backend does: AsyncLLM.__del__ would shut down again at interpreter exit,
+    # after the loop is gone, and print a traceback; with these gone it has nothing to do.
+    for part in ("output_handler", "engine_core", "renderer"):
+        if getattr(engine, part, None) is not None:
+            setattr(engine, part, None)
 
 
 def _load_tokenizer(path: str) -> Any:
