@@ -7,7 +7,8 @@ chosen way (an HTTP status before the first token, a reset or a malformed chunk
 after some tokens, a timeout). Every stream is logged in ``streams`` with when it
 was opened and closed, so tests can measure cancel-to-release latency. Every token is a
 checkpoint unless the backend is built with ``coalesce=True`` (benchmarks: tokens already due
-arrive together, as one read of an HTTP stream).
+arrive together, as one read of an HTTP stream); with ``precise=True`` they arrive when due, not
+when the event loop's timer next fires (see :func:`paragen.timing.sleep_until`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import heapq
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ from paragen.errors import (
     BackendTimeoutError,
     ConfigError,
 )
+from paragen.timing import sleep_until
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, Usage
 
 Failure = Literal["http500", "http429", "reset", "timeout", "malformed"]
@@ -83,12 +86,14 @@ class ScriptedBackend:
         *,
         capabilities: Capabilities | None = None,
         coalesce: bool = False,
+        precise: bool = False,
     ) -> None:
         self._responder = _as_responder(responder)
         # With ``coalesce``, tokens already due are handed over without a trip through the event
         # loop each, as an HTTP stream hands over every token that arrived in one read; without it
         # every token is a checkpoint, which the tests that interleave streams token by token need.
         self._coalesce = coalesce
+        self._precise = precise
         self._capabilities = capabilities or Capabilities(
             logprobs=True, continue_final=True, tokenizer=True, tools=True
         )
@@ -128,7 +133,7 @@ class ScriptedBackend:
         record = StreamRecord(request=request, opened=_clock())
         self.streams.append(record)
         try:
-            yield _ScriptedStream(request, scripts, record, coalesce=self._coalesce)
+            yield _ScriptedStream(request, scripts, record, coalesce=self._coalesce, precise=self._precise)
         finally:
             record.closed = _clock()
 
@@ -140,7 +145,13 @@ class ScriptedBackend:
 
 class _ScriptedStream:
     def __init__(
-        self, request: GenerateRequest, scripts: list[Script], record: StreamRecord, *, coalesce: bool
+        self,
+        request: GenerateRequest,
+        scripts: list[Script],
+        record: StreamRecord,
+        *,
+        coalesce: bool,
+        precise: bool,
     ) -> None:
         prompt = request.prompt or "".join(m.content for m in request.messages or ())
         # Usage covers the whole request: the prompt counts once per choice, all but one from cache.
@@ -154,6 +165,7 @@ class _ScriptedStream:
         self._record = record
         self._aborted: set[int] = set()
         self._coalesce = coalesce
+        self._precise = precise
 
     async def abort(self, index: int) -> None:
         self._aborted.add(index)
@@ -172,9 +184,8 @@ class _ScriptedStream:
         for when, index, position, token, finish in self._schedule():
             if index in self._aborted:
                 continue
-            delay = start + when - _clock()
-            if delay > 0 or not self._coalesce:
-                await anyio.sleep(max(0.0, delay))
+            if not self._coalesce or start + when > _clock():
+                await sleep_until(start + when, precise=self._precise)
             if index in self._aborted:
                 continue
             self._fail_if_due(self._scripts[index], position)
@@ -232,8 +243,6 @@ class _ScriptedStream:
 
 
 def _clock() -> float:
-    import time
-
     return time.perf_counter()
 
 
@@ -270,4 +279,11 @@ def arithmetic_responder(request: GenerateRequest, index: int) -> Script:
     )
 
 
-__all__ = ["Script", "ScriptedBackend", "StreamRecord", "arithmetic_responder", "estimate_tokens", "tokenize"]
+__all__ = [
+    "Script",
+    "ScriptedBackend",
+    "StreamRecord",
+    "arithmetic_responder",
+    "estimate_tokens",
+    "tokenize",
+]

@@ -6,8 +6,9 @@
 A rule is a callable on the :class:`ScoreRequest` returning one float or one float per step,
 or a mapping from a step's text (stripped) to its score. A PRM whose rule gives one float is
 asked once per prefix of the steps, so every step gets the score its own text earns, as a real
-PRM scores each step in context. Its latency is an ``anyio.sleep``: a call cancelled mid-way
-(the run cancelled, a beam dropped) ends at once, as a real scorer's request must.
+PRM scores each step in context. Its latency is a sleep (on the event loop's timer, or
+``precise``: see :func:`paragen.timing.sleep_until`): a call cancelled mid-way (the
+run cancelled, a beam dropped) ends at once, as a real scorer's request must.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import anyio
 
 from paragen.errors import ConfigError
 from paragen.scoring.base import ScoreRequest, ScorerError, ScorerKind, StepScores
+from paragen.timing import sleep_until
 
 Rule = Callable[[ScoreRequest], float | Sequence[float]] | Mapping[str, float]
 
@@ -36,6 +38,7 @@ class ScriptedScorer:
         latency: float = 0.0,
         default: float = 0.0,
         name: str = "scripted",
+        precise: bool = False,
     ) -> None:
         if latency < 0:
             raise ValueError(f"latency must be >= 0, got {latency}")
@@ -44,6 +47,7 @@ class ScriptedScorer:
         self._rule = rule
         self._default = default
         self.latency = latency
+        self._precise = precise
         self.calls = 0
         self.finished = 0
         self.cancelled = 0
@@ -62,7 +66,7 @@ class ScriptedScorer:
         steps = self._scores(request)
         words = sum(len(s.split()) for s in (request.question, *request.steps))
         try:
-            await anyio.sleep(max(0.0, start + self.latency - time.perf_counter()))
+            await sleep_until(start + self.latency, precise=self._precise)
         except anyio.get_cancelled_exc_class():
             self.cancelled += 1
             raise
