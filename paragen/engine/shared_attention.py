@@ -3,26 +3,32 @@
 A row's view is an ordered list of segments; segment ``s`` sits at offset ``o_s`` (the summed
 lengths of the segments before it). Its keys are stored rotated at ``b_s + j`` (``b_s``, its base:
 the offset it had in the view that first wrote it, or where the history it was folded into ends).
-RoPE is relative, so the key at ``b_s + j`` rotated once more by ``o_s - b_s`` is the key a plain
-forward over the flattened view would hold. Where the shift is 0 (the prompt, the history and the
-headers before it, in the layouts that keep them at the head of every view) nothing moves; the
-rest (the workers' current steps and the headers between them: tens of tokens) is rotated after
-the gather. Each row's query is rotated once, at its view position, and attends the whole view
-in one score matmul, one softmax and one value matmul: the plain decode path plus a small
-rotation, however many segments the view holds.
+RoPE is relative, so a query at view position ``p`` scores the key stored at ``b_s + j`` as a
+plain forward over the flattened view would (key at ``o_s + j``) once the query is rotated to
+``p - (o_s - b_s)`` instead of ``p``: the shift moves to the query side. Where the shift is 0 (the
+prompt, the history and the headers before it, in the layouts that keep them at the head of every
+view) the query sits at its own position, and those keys are scored in one matmul. The rest (the
+workers' current steps and the headers between them) has a few distinct shifts per row: the row's
+query is rotated once per shift, all of them are scored against the shifted keys in one matmul,
+and each key keeps the score of its own segment's shift. That reads the shifted keys once, where
+rotating them (four passes over keys as long as a worker's step, every pass and layer) cost a
+4-worker pass more than its matmuls. One softmax and one value matmul then cover the whole view.
 
 The view is gathered slot by slot (not in whole blocks), densely: a 3-token header costs 3 slots.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from paragen.engine.attention import SMALL_BATCH, Attend
 
 Tables = tuple[torch.Tensor, torch.Tensor]  # the model's RoPE cos and signed-sin tables [positions, D]
+# A shifted segment shorter than this has its keys rotated (cheap: a few slots) rather than a query
+# rotation of its own (a whole score matmul row over the shifted keys): the headers between steps.
+SHORT_SEGMENT = 32
 
 
 @dataclass(slots=True)
@@ -43,11 +49,15 @@ class RowGroup:
     num_rows: int
     num_new: int
     gather: torch.Tensor  # [2 * kv_heads * B * L]: rows of a layer's cache seen as [.., head_dim]
-    tail_from: int  # slots from here on are keys to rotate (shifts != 0), by key_cos/key_sin
-    key_cos: torch.Tensor  # [B, L - tail_from, D]
+    turned_from: int  # slots from here to tail_from: short shifted segments, keys rotated by key_cos/sin
+    tail_from: int  # slots from here on: long shifted segments, scored by the tail queries
+    key_cos: torch.Tensor  # [B, tail_from - turned_from, D]
     key_sin: torch.Tensor
     cos: torch.Tensor  # [B, T, 1, D] the queries' rotation (at their view positions)
     sin: torch.Tensor
+    tail_cos: torch.Tensor  # [B, T, S, 1, D] the queries at their view positions minus each of S shifts
+    tail_sin: torch.Tensor
+    tail_pick: torch.Tensor  # [B, L - tail_from]: which of its row's S shifts each shifted key has
     mask: torch.Tensor  # [B, T, P + L] additive: padding, and the future in the own segment
     prefix: Prefix | None = None  # keys several rows share, gathered and scored once (P slots)
 
@@ -79,35 +89,48 @@ def shift_tables(tables: Tables, shifts: torch.Tensor) -> Tables:
     return cos[size].float() / unit, sin[size].float() * sign / unit
 
 
-def _layout(row: RowPlan, shared: bool) -> tuple[list[int], list[int], list[int], list[int], int]:
-    """The row's slots: unshifted non-own ones (``shared``: kept apart as the prefix), the rest unshifted
-    first, then shifted; the shifted ones' shifts; the own segment's start in the rest."""
-    common: list[int] = []
-    still: list[int] = []
-    moved: list[int] = []
-    shifts: list[int] = []
+@dataclass(slots=True)
+class _Layout:
+    """A row's view sorted by how its keys are read (see the module docstring)."""
+
+    common: list[int] = field(default_factory=list)  # unshifted non-own slots: the prefix, when shared
+    still: list[int] = field(default_factory=list)  # the other unshifted slots
+    turned: list[int] = field(default_factory=list)  # short shifted segments: keys rotated after the gather
+    turned_shifts: list[int] = field(default_factory=list)
+    moved: list[int] = field(default_factory=list)  # long shifted segments: a query rotated per shift
+    moved_shifts: list[int] = field(default_factory=list)
+    own: tuple[str, int] = ("still", 0)  # the region holding the own segment, and where it starts there
+
+
+def _layout(row: RowPlan, shared: bool) -> _Layout:
+    """The row's slots by region; with ``shared``, the unshifted non-own ones apart as the prefix."""
+    out = _Layout()
     for i, (slots, shift) in enumerate(zip(row.slots, row.shifts, strict=True)):
         own = i == len(row.slots) - 1
         if shift == 0 and shared and not own:
-            common += slots
-        elif shift == 0:
-            at = len(still)
-            still += slots
+            out.common += slots
+            continue
+        if shift == 0:
+            region, at = "still", len(out.still)
+            out.still += slots
+        elif len(slots) < SHORT_SEGMENT:
+            region, at = "turned", len(out.turned)
+            out.turned += slots
+            out.turned_shifts += [shift] * len(slots)
         else:
-            at = -1 - len(moved)  # decoded below, once the unshifted width is known
-            moved += slots
-            shifts += [shift] * len(slots)
+            region, at = "moved", len(out.moved)
+            out.moved += slots
+            out.moved_shifts += [shift] * len(slots)
         if own:
-            own_at = at
-    return common, still, moved, shifts, own_at
+            out.own = (region, at)
+    return out
 
 
 def _classes(group_rows: list[RowPlan]) -> list[list[int]] | None:
     """Rows grouped by the unshifted non-own slots they read; None when no two rows share them."""
     classes: dict[tuple[int, ...], list[int]] = {}
     for i, row in enumerate(group_rows):
-        layout = _layout(row, shared=True)
-        classes.setdefault(tuple(layout[0]), []).append(i)
+        classes.setdefault(tuple(_layout(row, shared=True).common), []).append(i)
     if max(len(rows) for rows in classes.values()) < 2 or not any(classes):
         return None
     return list(classes.values())
@@ -141,43 +164,67 @@ def build_group(
     b, t = len(group_rows), group_rows[0].num_new
     classes = _classes(group_rows)
     layouts = [_layout(row, shared=classes is not None) for row in group_rows]
-    prefix_width = max(len(common) for common, *_ in layouts)
-    width = max(len(still) for _, still, *_ in layouts)
-    tail = max(len(moved) for _, _, moved, *_ in layouts)
-    slots = torch.zeros(b, width + tail, dtype=torch.long)  # padding reads slot 0, masked
-    shifts = torch.zeros(b, tail, dtype=torch.long)
-    visible = torch.zeros(b, t, prefix_width + width + tail, dtype=torch.bool)
-    for i, (row, (common, still, moved, row_shifts, own_at)) in enumerate(
-        zip(group_rows, layouts, strict=True)
-    ):
-        slots[i, : len(still)] = torch.tensor(still, dtype=torch.long)
-        slots[i, width : width + len(moved)] = torch.tensor(moved, dtype=torch.long)
-        shifts[i, : len(moved)] = torch.tensor(row_shifts, dtype=torch.long)
+    prefix_width = max(len(lay.common) for lay in layouts)
+    widths = {
+        "still": max(len(lay.still) for lay in layouts),
+        "turned": max(len(lay.turned) for lay in layouts),
+        "moved": max(len(lay.moved) for lay in layouts),
+    }
+    starts = {"still": 0, "turned": widths["still"], "moved": widths["still"] + widths["turned"]}
+    slots = torch.zeros(b, sum(widths.values()), dtype=torch.long)  # padding reads slot 0, masked
+    turned_shifts = torch.zeros(b, widths["turned"], dtype=torch.long)
+    distinct = [sorted(set(lay.moved_shifts)) or [0] for lay in layouts]
+    num_shifts = max(len(d) for d in distinct)
+    shifts = torch.tensor([d + d[:1] * (num_shifts - len(d)) for d in distinct])  # [B, S], padded
+    pick = torch.zeros(b, widths["moved"], dtype=torch.long)  # padding keys pick shift 0, masked
+    visible = torch.zeros(b, t, prefix_width + slots.shape[1], dtype=torch.bool)
+    for i, (row, lay) in enumerate(zip(group_rows, layouts, strict=True)):
         rest = visible[i, :, prefix_width:]
-        visible[i, :, : len(common)] = True
-        rest[:, : len(still)] = True
-        rest[:, width : width + len(moved)] = True
-        a = own_at if own_at >= 0 else width - 1 - own_at
+        visible[i, :, : len(lay.common)] = True
+        for region, region_slots in (("still", lay.still), ("turned", lay.turned), ("moved", lay.moved)):
+            at = starts[region]
+            slots[i, at : at + len(region_slots)] = torch.tensor(region_slots, dtype=torch.long)
+            rest[:, at : at + len(region_slots)] = True
+        turned_shifts[i, : len(lay.turned)] = torch.tensor(lay.turned_shifts, dtype=torch.long)
+        index = {shift: k for k, shift in enumerate(distinct[i])}
+        pick[i, : len(lay.moved)] = torch.tensor([index[s] for s in lay.moved_shifts], dtype=torch.long)
+        a = starts[lay.own[0]] + lay.own[1]
         n = len(row.slots[-1])  # the own segment, its new tokens last: hide each token's future
         rest[:, a : a + n] &= torch.arange(n) <= (n - t + torch.arange(t)).unsqueeze(1)
     heads = torch.arange(num_kv_rows).unsqueeze(1) * num_slots
     device = tables[0].device
-    key_cos, key_sin = shift_tables(tables, shifts.to(device))
     queries = torch.tensor([[row.query_from + k for k in range(t)] for row in group_rows], device=device)
-    commons = [common for common, *_ in layouts]
+    cos, sin = tables[0][queries], tables[1][queries]  # [B, T, D]
+    key_cos, key_sin = shift_tables(tables, turned_shifts.to(device))
+    tail_cos, tail_sin = _minus(cos, sin, shift_tables(tables, -shifts.to(device)))
     return RowGroup(
         start=start,
         num_rows=b,
         num_new=t,
         gather=(heads + slots.view(1, -1)).view(-1).to(device),
-        tail_from=width,
+        turned_from=starts["turned"],
+        tail_from=starts["moved"],
         key_cos=key_cos,
         key_sin=key_sin,
-        cos=tables[0][queries].unsqueeze(2),
-        sin=tables[1][queries].unsqueeze(2),
+        cos=cos.unsqueeze(2),
+        sin=sin.unsqueeze(2),
+        tail_cos=tail_cos,
+        tail_sin=tail_sin,
+        tail_pick=pick.to(device),
         mask=torch.zeros(visible.shape).masked_fill_(~visible, float("-inf")).to(device),
-        prefix=None if classes is None else _prefix(commons, classes, heads, device),
+        prefix=None if classes is None else _prefix([lay.common for lay in layouts], classes, heads, device),
     )
+
+
+def _minus(cos: torch.Tensor, sin: torch.Tensor, back: Tables) -> Tables:
+    """[B, T, S, 1, D]: the queries' rotations ([B, T, D]) turned back by each of S shifts ([B, S, D]).
+
+    Composed (cos(a - s) = cos a cos s + sin a sin s, and so on, in the signed-sin form) rather than
+    looked up at ``a - s``, which for a negative shift can lie past the end of the tables.
+    """
+    c, s = back[0].unsqueeze(1), back[1].unsqueeze(1)  # [B, 1, S, D], a rotation by -shift
+    a, b = cos.float().unsqueeze(2), sin.float().unsqueeze(2)  # [B, T, 1, D]
+    return (a * c - b * s).unsqueeze(3), (b * c + a * s).unsqueeze(3)
 
 
 def _mask5(g: RowGroup) -> torch.Tensor:
@@ -208,23 +255,26 @@ def shared_attention(
         for g in groups
     ]
     prepared = [
-        (g, w, g.cos.to(w), g.sin.to(w), g.key_cos.to(w), g.key_sin.to(w), _mask5(g))
+        (g, w, g.cos.to(w), g.sin.to(w), g.key_cos.to(w), g.key_sin.to(w), _Tail(g, w, nkv, group), _mask5(g))
         for g, w in zip(groups, works, strict=True)
     ]
 
     def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         out = torch.empty(num_tokens, nq * d, dtype=dtype, device=device)
-        for g, work, cos, sin, key_cos, key_sin, mask in prepared:
+        for g, work, cos, sin, key_cos, key_sin, tail, mask in prepared:
             b, t = g.num_rows, g.num_new
-            q = _rotate(qkv[g.start : g.start + b * t, :nq].to(work).view(b, t, nq, d), cos, sin)
-            q_heads = q.view(b, t, nkv, group, d).permute(2, 0, 1, 3, 4)  # [kv_heads, B, T, group, D]
-            q_rows = q_heads.reshape(nkv * b, t * group, d)
-            context = kv.view(-1, d).index_select(0, g.gather).to(work).view(2, nkv, b, -1, d)
-            if key_cos.shape[1]:  # the shifted segments' keys, rotated to their places in the view
-                tail = context[0, :, :, g.tail_from :]
-                tail.copy_(_rotate(tail, key_cos, key_sin))
-            keys = context[0].view(nkv * b, -1, d)
-            scores = torch.bmm(q_rows, keys.transpose(1, 2)).view(nkv, b, t, group, -1)
+            raw = qkv[g.start : g.start + b * t, :nq].to(work).view(b, t, nq, d)
+            q_heads = _rotate(raw, cos, sin).view(b, t, nkv, group, d).permute(2, 0, 1, 3, 4)
+            q_rows = q_heads.reshape(nkv * b, t * group, d)  # [kv_heads * B, T * group, D]
+            context = kv.view(-1, d).index_select(0, g.gather).to(work).view(2, nkv * b, -1, d)
+            if key_cos.shape[1]:  # short shifted segments' keys, rotated to their places in the view
+                turned = context[0, :, g.turned_from : g.tail_from].view(nkv, b, -1, d)
+                turned.copy_(_rotate(turned, key_cos, key_sin))
+            keys = context[0, :, : g.tail_from]
+            scores = torch.bmm(q_rows, keys.transpose(1, 2))
+            if tail.width:
+                scores = torch.cat((scores, tail.scores(raw, context[0, :, g.tail_from :])), dim=-1)
+            scores = scores.view(nkv, b, t, group, -1)
             shared = None
             if g.prefix is not None:
                 shared = _Shared(g.prefix, kv, q_heads, work, nkv, d)
@@ -235,13 +285,37 @@ def shared_attention(
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(work)
             rest = probs if shared is None else probs[..., shared.prefix.width :]
             rest = rest.reshape(nkv * b, t * group, -1)
-            heads_out = torch.bmm(rest, context[1].view(nkv * b, -1, d)).view(nkv, b, t, group, d)
+            heads_out = torch.bmm(rest, context[1]).view(nkv, b, t, group, d)
             if shared is not None:
                 heads_out += shared.values(probs[..., : shared.prefix.width])
             out[g.start : g.start + b * t].view(b, t, nkv, group, d).copy_(heads_out.permute(1, 2, 0, 3, 4))
         return out
 
     return attend
+
+
+class _Tail:
+    """The shifted keys' scores of a group: the queries rotated once per shift, each key's own kept."""
+
+    def __init__(self, g: RowGroup, work: torch.dtype, nkv: int, group: int) -> None:
+        b, t, num_shifts = g.tail_cos.shape[:3]
+        self.width = g.tail_pick.shape[1]
+        self.cos, self.sin = g.tail_cos.to(work), g.tail_sin.to(work)
+        self.shape = (b, t, num_shifts, nkv, group)
+        # [kv_heads * B, 1, T * group, width]: for the score of every query head of every row
+        pick = g.tail_pick.view(1, b, 1, 1, self.width).expand(nkv, b, 1, t * group, self.width)
+        self.pick = pick.reshape(nkv * b, 1, t * group, self.width)
+
+    def scores(self, raw: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """[kv_heads * B, T * group, width] from ``raw`` queries [B, T, heads, D] (not rotated yet)
+        and the shifted ``keys`` [kv_heads * B, width, D] as stored."""
+        b, t, num_shifts, nkv, group = self.shape
+        d = raw.shape[-1]
+        rotated = _rotate(raw.unsqueeze(2), self.cos, self.sin)  # [B, T, S, heads, D]
+        rows = rotated.view(b, t, num_shifts, nkv, group, d).permute(3, 0, 2, 1, 4, 5)
+        rows = rows.reshape(nkv * b, num_shifts * t * group, d)
+        every = torch.bmm(rows, keys.transpose(1, 2)).view(nkv * b, num_shifts, t * group, self.width)
+        return every.gather(1, self.pick).squeeze(1)
 
 
 class _Shared:

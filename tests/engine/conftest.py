@@ -77,3 +77,14 @@ def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path
 def long_llama(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path:
     """The tiny Llama with room for 2k-token views (the steady-state Hogwild! test)."""
     return _tiny(tmp_path_factory.mktemp("tiny"), smol_dir, "llama", max_positions=2048)
+
+
+@pytest.fixture(params=[0, 4, 10**6], ids=["all-query-side", "mixed", "all-key-side"])
+def short_segment(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The shared attention's two ways of reading a shifted segment, each where it alone is used and
+    both in one pass: every shifted segment by a rotated query, segments under 4 tokens (the tests'
+    headers) by rotated keys and the rest by rotated queries, every one by rotated keys."""
+    from paragen.engine import shared_attention
+
+    monkeypatch.setattr(shared_attention, "SHORT_SEGMENT", request.param)
+    return int(request.param)
