@@ -57,7 +57,7 @@ class RowGroup:
     sin: torch.Tensor
     tail_cos: torch.Tensor  # [B, T, S, 1, D] the queries at their view positions minus each of S shifts
     tail_sin: torch.Tensor
-    tail_pick: torch.Tensor  # [B, L - tail_from]: which of its row's S shifts each shifted key has
+    pieces: tuple[tuple[int, int], ...]  # per shift index k: where its keys start after tail_from, how many
     mask: torch.Tensor  # [B, T, P + L] additive: padding, and the future in the own segment
     prefix: Prefix | None = None  # keys several rows share, gathered and scored once (P slots)
 
@@ -97,9 +97,9 @@ class _Layout:
     still: list[int] = field(default_factory=list)  # the other unshifted slots
     turned: list[int] = field(default_factory=list)  # short shifted segments: keys rotated after the gather
     turned_shifts: list[int] = field(default_factory=list)
-    moved: list[int] = field(default_factory=list)  # long shifted segments: a query rotated per shift
-    moved_shifts: list[int] = field(default_factory=list)
+    moved: dict[int, list[int]] = field(default_factory=dict)  # long shifted segments' slots by shift
     own: tuple[str, int] = ("still", 0)  # the region holding the own segment, and where it starts there
+    own_shift: int = 0  # where the own segment is moved: its shift (its piece)
 
 
 def _layout(row: RowPlan, shared: bool) -> _Layout:
@@ -118,11 +118,11 @@ def _layout(row: RowPlan, shared: bool) -> _Layout:
             out.turned += slots
             out.turned_shifts += [shift] * len(slots)
         else:
-            region, at = "moved", len(out.moved)
-            out.moved += slots
-            out.moved_shifts += [shift] * len(slots)
+            piece = out.moved.setdefault(shift, [])
+            region, at = "moved", len(piece)
+            piece += slots
         if own:
-            out.own = (region, at)
+            out.own, out.own_shift = (region, at), shift
     return out
 
 
@@ -165,30 +165,32 @@ def build_group(
     classes = _classes(group_rows)
     layouts = [_layout(row, shared=classes is not None) for row in group_rows]
     prefix_width = max(len(lay.common) for lay in layouts)
+    distinct, piece_starts, piece_widths = _pieces(layouts)
+    num_shifts = len(piece_widths)
+    shifts = torch.tensor([d + [0] * (num_shifts - len(d)) for d in distinct])  # [B, S]; 0: no such piece
     widths = {
         "still": max(len(lay.still) for lay in layouts),
         "turned": max(len(lay.turned) for lay in layouts),
-        "moved": max(len(lay.moved) for lay in layouts),
+        "moved": sum(piece_widths),
     }
     starts = {"still": 0, "turned": widths["still"], "moved": widths["still"] + widths["turned"]}
     slots = torch.zeros(b, sum(widths.values()), dtype=torch.long)  # padding reads slot 0, masked
     turned_shifts = torch.zeros(b, widths["turned"], dtype=torch.long)
-    distinct = [sorted(set(lay.moved_shifts)) or [0] for lay in layouts]
-    num_shifts = max(len(d) for d in distinct)
-    shifts = torch.tensor([d + d[:1] * (num_shifts - len(d)) for d in distinct])  # [B, S], padded
-    pick = torch.zeros(b, widths["moved"], dtype=torch.long)  # padding keys pick shift 0, masked
     visible = torch.zeros(b, t, prefix_width + slots.shape[1], dtype=torch.bool)
     for i, (row, lay) in enumerate(zip(group_rows, layouts, strict=True)):
         rest = visible[i, :, prefix_width:]
         visible[i, :, : len(lay.common)] = True
-        for region, region_slots in (("still", lay.still), ("turned", lay.turned), ("moved", lay.moved)):
-            at = starts[region]
+        pieces = [
+            (starts["moved"] + piece_starts[k], lay.moved[shift]) for k, shift in enumerate(distinct[i])
+        ]
+        for at, region_slots in [(0, lay.still), (starts["turned"], lay.turned), *pieces]:
             slots[i, at : at + len(region_slots)] = torch.tensor(region_slots, dtype=torch.long)
             rest[:, at : at + len(region_slots)] = True
         turned_shifts[i, : len(lay.turned)] = torch.tensor(lay.turned_shifts, dtype=torch.long)
-        index = {shift: k for k, shift in enumerate(distinct[i])}
-        pick[i, : len(lay.moved)] = torch.tensor([index[s] for s in lay.moved_shifts], dtype=torch.long)
-        a = starts[lay.own[0]] + lay.own[1]
+        region, a = lay.own
+        if region == "moved":
+            a += piece_starts[distinct[i].index(lay.own_shift)]
+        a += starts[region]
         n = len(row.slots[-1])  # the own segment, its new tokens last: hide each token's future
         rest[:, a : a + n] &= torch.arange(n) <= (n - t + torch.arange(t)).unsqueeze(1)
     heads = torch.arange(num_kv_rows).unsqueeze(1) * num_slots
@@ -210,10 +212,22 @@ def build_group(
         sin=sin.unsqueeze(2),
         tail_cos=tail_cos,
         tail_sin=tail_sin,
-        tail_pick=pick.to(device),
+        pieces=tuple(zip(piece_starts, piece_widths, strict=True)),
         mask=torch.zeros(visible.shape).masked_fill_(~visible, float("-inf")).to(device),
         prefix=None if classes is None else _prefix([lay.common for lay in layouts], classes, heads, device),
     )
+
+
+def _pieces(layouts: list[_Layout]) -> tuple[list[list[int]], list[int], list[int]]:
+    """Each row's long shifts (ascending), and where the k-th of every row's pieces sits in the moved
+    region and how wide it is: at the same place in every row, so one score matmul per piece covers
+    all the group's rows (a row without a k-th piece leaves it as padding)."""
+    distinct = [sorted(lay.moved) for lay in layouts]
+    widths = [
+        max((len(lay.moved[d[k]]) for lay, d in zip(layouts, distinct, strict=True) if k < len(d)), default=0)
+        for k in range(max(1, *(len(d) for d in distinct)))
+    ]
+    return distinct, [sum(widths[:k]) for k in range(len(widths))], widths
 
 
 def _minus(cos: torch.Tensor, sin: torch.Tensor, back: Tables) -> Tables:
@@ -273,7 +287,7 @@ def shared_attention(
             keys = context[0, :, : g.tail_from]
             scores = torch.bmm(q_rows, keys.transpose(1, 2))
             if tail.width:
-                scores = torch.cat((scores, tail.scores(raw, context[0, :, g.tail_from :])), dim=-1)
+                scores = torch.cat((scores, *tail.scores(raw, context[0, :, g.tail_from :])), dim=-1)
             scores = scores.view(nkv, b, t, group, -1)
             shared = None
             if g.prefix is not None:
@@ -295,27 +309,27 @@ def shared_attention(
 
 
 class _Tail:
-    """The shifted keys' scores of a group: the queries rotated once per shift, each key's own kept."""
+    """A group's scores of its long shifted segments: per shift index, its rotated queries and its piece."""
 
     def __init__(self, g: RowGroup, work: torch.dtype, nkv: int, group: int) -> None:
         b, t, num_shifts = g.tail_cos.shape[:3]
-        self.width = g.tail_pick.shape[1]
+        self.width = sum(width for _, width in g.pieces)
+        self.pieces = [(k, start, width) for k, (start, width) in enumerate(g.pieces) if width]
         self.cos, self.sin = g.tail_cos.to(work), g.tail_sin.to(work)
         self.shape = (b, t, num_shifts, nkv, group)
-        # [kv_heads * B, 1, T * group, width]: for the score of every query head of every row
-        pick = g.tail_pick.view(1, b, 1, 1, self.width).expand(nkv, b, 1, t * group, self.width)
-        self.pick = pick.reshape(nkv * b, 1, t * group, self.width)
 
-    def scores(self, raw: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """[kv_heads * B, T * group, width] from ``raw`` queries [B, T, heads, D] (not rotated yet)
-        and the shifted ``keys`` [kv_heads * B, width, D] as stored."""
+    def scores(self, raw: torch.Tensor, keys: torch.Tensor) -> list[torch.Tensor]:
+        """[kv_heads * B, T * group, width] per piece, from ``raw`` queries [B, T, heads, D] (not
+        rotated yet) and the shifted ``keys`` [kv_heads * B, width, D] as stored."""
         b, t, num_shifts, nkv, group = self.shape
         d = raw.shape[-1]
         rotated = _rotate(raw.unsqueeze(2), self.cos, self.sin)  # [B, T, S, heads, D]
-        rows = rotated.view(b, t, num_shifts, nkv, group, d).permute(3, 0, 2, 1, 4, 5)
-        rows = rows.reshape(nkv * b, num_shifts * t * group, d)
-        every = torch.bmm(rows, keys.transpose(1, 2)).view(nkv * b, num_shifts, t * group, self.width)
-        return every.gather(1, self.pick).squeeze(1)
+        rows = rotated.view(b, t, num_shifts, nkv, group, d).permute(2, 3, 0, 1, 4, 5)
+        rows = rows.reshape(num_shifts, nkv * b, t * group, d)
+        return [
+            torch.bmm(rows[k], keys[:, start : start + width].transpose(1, 2))
+            for k, start, width in self.pieces
+        ]
 
 
 class _Shared:

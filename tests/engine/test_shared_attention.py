@@ -1,0 +1,114 @@
+"""The shared attention against a direct per-row computation, on random views of random segments.
+
+Each row's view is a list of segments whose keys are stored rotated at their own positions; the
+reference rotates every stored key by its segment's shift (the key-rotation form: the key a plain
+forward over the flattened view would hold), rotates the query at its view position, and runs
+causal attention over the view in float64. The groups mix everything the engine has to lay out:
+a prompt several rows share (the prefix), unshifted and shifted segments, short shifted ones
+(headers: keys rotated) and long ones (steps: a query per shift), negative shifts, several
+segments with one shift, the own segment shifted or not, long or short, and rows feeding one or
+several tokens (the future of the own segment hidden).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from paragen.engine import shared_attention
+from paragen.engine.shared_attention import RowPlan, build_group
+
+HEADS, KV_HEADS, D, SLOTS, POSITIONS = 6, 2, 16, 4096, 2048
+SCALE = 0.25
+
+
+def tables() -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE cos and signed-sin tables as the model builds them ([positions, D], rotate-half layout)."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    angles = torch.arange(POSITIONS, dtype=torch.float64).unsqueeze(1) * inv_freq
+    angles = torch.cat((angles, angles), dim=-1)
+    half = D // 2
+    sin = torch.cat((-angles.sin()[:, :half], angles.sin()[:, half:]), dim=-1)
+    return angles.cos().float(), sin.float()
+
+
+def rotate(x: torch.Tensor, position: int) -> torch.Tensor:
+    """x [..., D] rotated by ``position`` (float64; any integer, negative too)."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    angle = position * inv_freq
+    cos, sin = angle.cos().repeat(2), angle.sin().repeat(2)
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def random_rows(rng: random.Random, num_new: int, slots: list[int]) -> list[RowPlan]:
+    """Rows of 1-3 sessions; a session's rows share its prompt, each row has its own segments."""
+    rows = []
+    for _ in range(rng.randint(1, 3)):
+        prompt = [slots.pop() for _ in range(rng.randint(5, 40))]
+        for _ in range(rng.randint(1, 3)):
+            segments, shifts = [prompt], [0]
+            for _ in range(rng.randint(0, 5)):
+                long = rng.random() < 0.5
+                segments.append(
+                    [slots.pop() for _ in range(rng.randint(33, 60) if long else rng.randint(1, 6))]
+                )
+                shifts.append(rng.choice([0, rng.randint(-80, 200), shifts[-1]]))
+            own_length = rng.randint(num_new, 50)
+            segments.append([slots.pop() for _ in range(own_length)])
+            shifts.append(rng.choice([0, rng.randint(-30, 150)]))
+            view_length = sum(len(s) for s in segments)
+            rows.append(RowPlan(segments, shifts, num_new, view_length - num_new))
+    return rows
+
+
+def reference(row: RowPlan, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+    """[T, HEADS * D]: the row's queries (unrotated, [T, HEADS, D]) over its view, in float64."""
+    keys, values = [], []
+    for slots, shift in zip(row.slots, row.shifts, strict=True):
+        keys.append(rotate(kv[:KV_HEADS, slots].double(), shift))
+        values.append(kv[KV_HEADS:, slots].double())
+    k, v = torch.cat(keys, dim=1), torch.cat(values, dim=1)  # [kv_heads, L, D]
+    group = HEADS // KV_HEADS
+    k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+    out = []
+    for m in range(row.num_new):
+        position = row.query_from + m
+        query = rotate(q[m].double(), position)  # [HEADS, D]
+        scores = torch.einsum("hd,hld->hl", query, k[:, : position + 1]) * SCALE
+        out.append(torch.einsum("hl,hld->hd", scores.softmax(-1), v[:, : position + 1]).reshape(-1))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("short_segment", [0, 32, 10**6])
+@pytest.mark.parametrize("num_new", [1, 3])
+def test_groups_match_per_row_attention(
+    num_new: int, short_segment: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shared_attention, "SHORT_SEGMENT", short_segment)
+    rng = random.Random(num_new * 1000 + short_segment % 997)
+    torch.manual_seed(num_new)
+    kv = torch.randn(2 * KV_HEADS, SLOTS, D)
+    cos_sin = tables()
+    for _ in range(20):
+        free = list(range(SLOTS))
+        rng.shuffle(free)
+        rows = random_rows(rng, num_new, free)
+        group = build_group(rows, 0, num_slots=SLOTS, num_kv_rows=2 * KV_HEADS, tables=cos_sin)
+        qkv = torch.randn(len(rows) * num_new, HEADS + 2 * KV_HEADS, D)
+        attend = shared_attention.shared_attention(
+            [group],
+            num_tokens=len(rows) * num_new,
+            num_heads=HEADS,
+            num_kv_heads=KV_HEADS,
+            head_dim=D,
+            scale=SCALE,
+            dtype=torch.float32,
+        )
+        got = attend(qkv, kv).view(len(rows), num_new, -1)
+        for i, row in enumerate(rows):
+            q = qkv[i * num_new : (i + 1) * num_new, :HEADS]
+            want = reference(row, q, kv).float()
+            torch.testing.assert_close(got[i], want, atol=2e-5, rtol=1e-4, msg=f"row {i} of {rows}")
