@@ -13,6 +13,7 @@ several tokens (the future of the own segment hidden).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -43,10 +44,10 @@ def rotate(x: torch.Tensor, position: int) -> torch.Tensor:
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-def random_rows(rng: random.Random, num_new: int, slots: list[int]) -> list[RowPlan]:
-    """Rows of 1-3 sessions; a session's rows share its prompt, each row has its own segments."""
+def random_rows(rng: random.Random, num_new: int, slots: list[int], sessions: int) -> list[RowPlan]:
+    """Rows of ``sessions`` sessions; a session's rows share its prompt, each row has its own segments."""
     rows = []
-    for _ in range(rng.randint(1, 3)):
+    for _ in range(sessions):
         prompt = [slots.pop() for _ in range(rng.randint(5, 40))]
         for _ in range(rng.randint(1, 3)):
             segments, shifts = [prompt], [0]
@@ -90,14 +91,31 @@ def test_groups_match_per_row_attention(
     monkeypatch.setattr(shared_attention, "SHORT_SEGMENT", short_segment)
     rng = random.Random(num_new * 1000 + short_segment % 997)
     torch.manual_seed(num_new)
-    kv = torch.randn(2 * KV_HEADS, SLOTS, D)
+    check_groups(rng, num_new, torch.float32, sessions=lambda: rng.randint(1, 3), atol=2e-5)
+
+
+@pytest.mark.parametrize("short_segment", [0, 32])
+def test_large_bf16_groups_match_per_row_attention(
+    short_segment: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # past SMALL_BATCH rows a batch computes in the model's dtype: bf16 matmuls over the gathered regions
+    monkeypatch.setattr(shared_attention, "SHORT_SEGMENT", short_segment)
+    rng = random.Random(7 + short_segment)
+    torch.manual_seed(7)
+    check_groups(rng, 1, torch.bfloat16, sessions=lambda: 9, atol=3e-2)
+
+
+def check_groups(
+    rng: random.Random, num_new: int, dtype: torch.dtype, *, sessions: Callable[[], int], atol: float
+) -> None:
+    kv = torch.randn(2 * KV_HEADS, SLOTS, D).to(dtype)
     cos_sin = tables()
-    for _ in range(20):
+    for _ in range(20 if dtype == torch.float32 else 5):
         free = list(range(SLOTS))
         rng.shuffle(free)
-        rows = random_rows(rng, num_new, free)
+        rows = random_rows(rng, num_new, free, sessions())
         group = build_group(rows, 0, num_slots=SLOTS, num_kv_rows=2 * KV_HEADS, tables=cos_sin)
-        qkv = torch.randn(len(rows) * num_new, HEADS + 2 * KV_HEADS, D)
+        qkv = torch.randn(len(rows) * num_new, HEADS + 2 * KV_HEADS, D).to(dtype)
         attend = shared_attention.shared_attention(
             [group],
             num_tokens=len(rows) * num_new,
@@ -105,10 +123,10 @@ def test_groups_match_per_row_attention(
             num_kv_heads=KV_HEADS,
             head_dim=D,
             scale=SCALE,
-            dtype=torch.float32,
+            dtype=dtype,
         )
-        got = attend(qkv, kv).view(len(rows), num_new, -1)
+        got = attend(qkv, kv).float().view(len(rows), num_new, -1)
         for i, row in enumerate(rows):
             q = qkv[i * num_new : (i + 1) * num_new, :HEADS]
             want = reference(row, q, kv).float()
-            torch.testing.assert_close(got[i], want, atol=2e-5, rtol=1e-4, msg=f"row {i} of {rows}")
+            torch.testing.assert_close(got[i], want, atol=atol, rtol=1e-4, msg=f"row {i} of {rows}")
