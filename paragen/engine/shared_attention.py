@@ -5,14 +5,22 @@ lengths of the segments before it). Its keys are stored rotated at ``b_s + j`` (
 the offset it had in the view that first wrote it, or where the history it was folded into ends).
 RoPE is relative, so a query at view position ``p`` scores the key stored at ``b_s + j`` as a
 plain forward over the flattened view would (key at ``o_s + j``) once the query is rotated to
-``p - (o_s - b_s)`` instead of ``p``: the shift moves to the query side. Where the shift is 0 (the
-prompt, the history and the headers before it, in the layouts that keep them at the head of every
-view) the query sits at its own position, and those keys are scored in one matmul. The rest (the
-workers' current steps and the headers between them) has a few distinct shifts per row: the row's
-query is rotated once per shift, all of them are scored against the shifted keys in one matmul,
-and each key keeps the score of its own segment's shift. That reads the shifted keys once, where
-rotating them (four passes over keys as long as a worker's step, every pass and layer) cost a
-4-worker pass more than its matmuls. One softmax and one value matmul then cover the whole view.
+``p - (o_s - b_s)`` instead of ``p``: the shift can move to the query side. A row's slots fall in
+regions by how they are read:
+
+- unshifted (the prompt, the history and the headers before it, in the layouts that keep them at
+  the head of every view): scored by the query at its own position; those that several rows of a
+  session read alike are their shared prefix (:class:`Prefix`), gathered once for all of them;
+- short shifted segments (under ``SHORT_SEGMENT`` slots: the headers between steps): their few
+  keys are rotated by their shifts after the gather and scored with the unshifted ones;
+- long shifted segments (the workers' current steps): keys as stored, scored by the query rotated
+  once per distinct shift. A row's k-th shift's slots sit at the same place in every row of the
+  group (its "piece"), so each shift costs one score matmul over its own slots. Rotating those
+  keys instead (four elementwise passes over every current step, every pass and layer) cost a
+  4-worker pass more than its matmuls.
+
+The gathered keys are laid out region by region, each one contiguous matrix per KV head and row
+(see :func:`_gather`), then one softmax over the whole view and one value matmul.
 
 The view is gathered slot by slot (not in whole blocks), densely: a 3-token header costs 3 slots.
 """
@@ -48,7 +56,7 @@ class RowGroup:
     start: int  # the group's first token in the forward's token order (rows are row-major)
     num_rows: int
     num_new: int
-    gather: torch.Tensor  # [2 * kv_heads * B * L]: rows of a layer's cache seen as [.., head_dim]
+    gather: torch.Tensor  # [2 * kv_heads * B * L]: rows of a layer's cache ([.., head_dim]), see _gather
     turned_from: int  # slots from here to tail_from: short shifted segments, keys rotated by key_cos/sin
     tail_from: int  # slots from here on: long shifted segments, scored by the tail queries
     key_cos: torch.Tensor  # [B, tail_from - turned_from, D]
