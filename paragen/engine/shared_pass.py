@@ -18,7 +18,8 @@ from paragen.engine.attention import Attend, AttnMeta
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.model_runner import ModelRunner
 from paragen.engine.sampler import SampleBatch, sample
-from paragen.engine.shared_attention import RowPlan, build_group, shared_attention
+from paragen.engine.shared_attention import shared_attention
+from paragen.engine.shared_plan import RowPlan, build_group
 from paragen.types import SamplingParams
 
 

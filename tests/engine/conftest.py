@@ -84,7 +84,7 @@ def short_segment(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     """The shared attention's two ways of reading a shifted segment, each where it alone is used and
     both in one pass: every shifted segment by a rotated query, segments under 4 tokens (the tests'
     headers) by rotated keys and the rest by rotated queries, every one by rotated keys."""
-    from paragen.engine import shared_attention
+    from paragen.engine import shared_plan
 
-    monkeypatch.setattr(shared_attention, "SHORT_SEGMENT", request.param)
+    monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", request.param)
     return int(request.param)

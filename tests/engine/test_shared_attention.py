@@ -18,8 +18,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from paragen.engine import shared_attention
-from paragen.engine.shared_attention import RowPlan, build_group
+from paragen.engine import shared_attention, shared_plan
+from paragen.engine.shared_plan import RowPlan, build_group
 
 HEADS, KV_HEADS, D, SLOTS, POSITIONS = 6, 2, 16, 4096, 2048
 SCALE = 0.25
@@ -88,7 +88,7 @@ def reference(row: RowPlan, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
 def test_groups_match_per_row_attention(
     num_new: int, short_segment: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(shared_attention, "SHORT_SEGMENT", short_segment)
+    monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", short_segment)
     rng = random.Random(num_new * 1000 + short_segment % 997)
     torch.manual_seed(num_new)
     check_groups(rng, num_new, torch.float32, sessions=lambda: rng.randint(1, 3), atol=2e-5)
@@ -99,7 +99,7 @@ def test_large_bf16_groups_match_per_row_attention(
     short_segment: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # past SMALL_BATCH rows a batch computes in the model's dtype: bf16 matmuls over the gathered regions
-    monkeypatch.setattr(shared_attention, "SHORT_SEGMENT", short_segment)
+    monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", short_segment)
     rng = random.Random(7 + short_segment)
     torch.manual_seed(7)
     check_groups(rng, 1, torch.bfloat16, sessions=lambda: 9, atol=3e-2)
