@@ -132,10 +132,11 @@ def reencode_over_hogwild(engine: LLMEngine, capture: dict[str, Any]) -> tuple[f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="checkpoint (default: SmolLM2-135M-Instruct)")
-    parser.add_argument("--dtype", default="auto", help="auto: bf16 where the CPU has it, else fp32")
+    parser.add_argument("--dtype", default="auto", help="auto: bf16 on CUDA or where the CPU has it")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--views", type=Path, default=VIEWS, help="captures: {2,4}w.json")
     args = parser.parse_args()
-    engine = LLMEngine(args.model, dtype=args.dtype)
+    engine = LLMEngine(args.model, dtype=args.dtype, device=args.device)
     captures = {n: json.loads((args.views / f"{n}w.json").read_text())["last"] for n in (2, 4)}
     raw: dict[str, float] = {}
     for n, capture in captures.items():
@@ -155,7 +156,8 @@ def main() -> None:
         "reencode_cached_over_hogwild": round(raw["reencode_cached_2w_ms"] / raw["hogwild_2w_ms_again"], 2),
         "raw": {k: round(v, 2) for k, v in raw.items()},
     }
-    print(f"model {args.model or 'SmolLM2-135M-Instruct'}, {engine.dtype}, {engine.num_threads} threads")
+    where = f"{engine.num_threads} threads" if args.device == "cpu" else args.device
+    print(f"model {args.model or 'SmolLM2-135M-Instruct'}, {engine.dtype}, {where}")
     print(json.dumps(result))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from paragen.engine import loader  # noqa: E402
+
+# Where the Hogwild! equivalence tests run the engine: "cuda" on a GPU machine (docs/hogwild.md);
+# their references (HF transformers, float64 attention) always run on the CPU.
+DEVICE = os.environ.get("PARAGEN_TEST_DEVICE", "cpu")
 
 
 @pytest.fixture(scope="session")
@@ -64,19 +69,27 @@ def _tiny(tmp: Path, smol: Path, arch: str, *, max_positions: int = 512) -> Path
 
 
 @pytest.fixture(scope="session")
-def tiny_llama(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path:
-    return _tiny(tmp_path_factory.mktemp("tiny"), smol_dir, "llama")
+def tokenizer_dir(request: pytest.FixtureRequest) -> Path:
+    """The tiny models' tokenizer: SmolLM2's, or $PARAGEN_TEST_TOKENIZER (a folder of its tokenizer
+    files, for a machine without the model's package: the GPU machine)."""
+    given = os.environ.get("PARAGEN_TEST_TOKENIZER")
+    return Path(given) if given else Path(request.getfixturevalue("smol_dir"))
 
 
 @pytest.fixture(scope="session")
-def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path:
-    return _tiny(tmp_path_factory.mktemp("tiny"), smol_dir, "qwen2")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    return _tiny(tmp_path_factory.mktemp("tiny"), tokenizer_dir, "llama")
 
 
 @pytest.fixture(scope="session")
-def long_llama(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path:
+def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    return _tiny(tmp_path_factory.mktemp("tiny"), tokenizer_dir, "qwen2")
+
+
+@pytest.fixture(scope="session")
+def long_llama(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
     """The tiny Llama with room for 2k-token views (the steady-state Hogwild! test)."""
-    return _tiny(tmp_path_factory.mktemp("tiny"), smol_dir, "llama", max_positions=2048)
+    return _tiny(tmp_path_factory.mktemp("tiny"), tokenizer_dir, "llama", max_positions=2048)
 
 
 @pytest.fixture(params=[0, 4, 10**6], ids=["all-query-side", "mixed", "all-key-side"])

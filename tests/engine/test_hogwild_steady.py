@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from conftest import DEVICE
 from test_hogwild import Reference
 from transformers.models.llama.modeling_llama import rotate_half
 
@@ -48,7 +49,7 @@ class Record:
     def snapshot(self, cache: SharedCache, seg: int) -> Chunk:
         slots = cache.slots(seg)
         base = cache.base(seg) or 0
-        return Chunk(cache.engine.cache.kv[:, :, slots].float().clone(), torch.arange(len(slots)) + base)
+        return Chunk(cache.engine.cache.kv[:, :, slots].float().cpu(), torch.arange(len(slots)) + base)
 
     def fold(self, cache: SharedCache, dst: int, src: int) -> None:
         if dst not in self.chunks:
@@ -98,7 +99,7 @@ class Worker:
 def run_session(model_dir: Path, workers: int, layout: str, dtype: str) -> float:
     """The largest logit difference to the reference over every row of every pass."""
     rng = random.Random(workers * 10 + len(layout))
-    engine = LLMEngine(str(model_dir), dtype=dtype, num_blocks=400, block_size=16)
+    engine = LLMEngine(str(model_dir), dtype=dtype, device=DEVICE, num_blocks=400, block_size=16)
     ref, record = Reference(model_dir), Record()
     cache = SharedCache(engine, GREEDY, num_workers=workers)
 
@@ -123,7 +124,7 @@ def run_session(model_dir: Path, workers: int, layout: str, dtype: str) -> float
     steps, worst = 0, 0.0
     while steps < MIN_STEPS or sum(cache.length(s) for s in view(0)) < 1500:
         rows = [SharedRow(i, view(i), w.pending) for i, w in enumerate(team)]
-        got = cache.logits(rows)
+        got = cache.logits(rows).float().cpu()
         for i, row in enumerate(rows):
             want = reference_logits(ref, record, cache, row)
             worst = max(worst, (got[i] - want).abs().max().item())

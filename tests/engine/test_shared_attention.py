@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from conftest import DEVICE
 
 from paragen.engine import shared_attention, shared_plan
 from paragen.engine.shared_plan import RowPlan, build_group
@@ -109,7 +110,9 @@ def check_groups(
     rng: random.Random, num_new: int, dtype: torch.dtype, *, sessions: Callable[[], int], atol: float
 ) -> None:
     kv = torch.randn(2 * KV_HEADS, SLOTS, D).to(dtype)
-    cos_sin = tables()
+    cos, sin = tables()
+    cos_sin = (cos.to(DEVICE), sin.to(DEVICE))
+    kv_on = kv.to(DEVICE)
     for _ in range(20 if dtype == torch.float32 else 5):
         free = list(range(SLOTS))
         rng.shuffle(free)
@@ -125,7 +128,7 @@ def check_groups(
             scale=SCALE,
             dtype=dtype,
         )
-        got = attend(qkv, kv).float().view(len(rows), num_new, -1)
+        got = attend(qkv.to(DEVICE), kv_on).float().cpu().view(len(rows), num_new, -1)
         for i, row in enumerate(rows):
             q = qkv[i * num_new : (i + 1) * num_new, :HEADS]
             want = reference(row, q, kv).float()
