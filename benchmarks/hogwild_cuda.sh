@@ -23,6 +23,8 @@ model.save_pretrained(out)
 transformers.AutoTokenizer.from_pretrained(source).save_pretrained(out)
 print("random-weight model of SmolLM2's shape in", out)
 PYTHON
+tests=0
 PARAGEN_TEST_DEVICE="$DEVICE" PARAGEN_TEST_TOKENIZER="$TOKENIZER" "$PY" -m pytest -q -p no:cacheprovider \
-  tests/engine/test_shared_attention.py tests/engine/test_hogwild_steady.py
-"$PY" benchmarks/hogwild.py --device "$DEVICE" --model "$MODEL"
+  tests/engine/test_shared_attention.py tests/engine/test_hogwild_steady.py || tests=$?
+PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" benchmarks/hogwild.py --device "$DEVICE" --model "$MODEL"
+exit "$tests"  # the benchmark runs whatever the tests said; their verdict is the script's

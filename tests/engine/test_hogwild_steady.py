@@ -157,4 +157,6 @@ def test_steady_state_matches_hf_bf16(long_llama: Path, layout: str) -> None:
 
 
 FP32_ATOL = 1e-3  # logits of magnitude ~10 over 1.5k-token views (the 3-segment tests hold 1e-4)
-BF16_ATOL = 0.25
+# bf16 weights and cache: on a CPU a batch this small attends in fp32 (0.25 holds); on CUDA attention
+# runs in bf16 too, scores and probabilities rounded over 1.5k-token views (0.31-0.53 on an H100).
+BF16_ATOL = 0.25 if DEVICE == "cpu" else 0.6
