@@ -125,30 +125,19 @@ async def loop_floor(runs: int, *, precise: bool) -> float:
 
 
 @contextmanager
-def on_the_loop_timer() -> Iterator[None]:
-    """The fakes of the block sleep on the event loop's timer (up to 1 ms late) instead."""
-    global PRECISE
-    PRECISE = False
+def settings(**values: Any) -> Iterator[None]:
+    """The block runs with some of the module's settings changed (GEN_S, SCORE_S, PRECISE)."""
+    saved = {name: globals()[name] for name in values}
+    globals().update(values)
     try:
         yield
     finally:
-        PRECISE = True
-
-
-@contextmanager
-def latencies(gen_s: float, score_s: float) -> Iterator[None]:
-    """Every step and score of the block takes ``gen_s`` and ``score_s`` instead."""
-    global GEN_S, SCORE_S
-    saved, (GEN_S, SCORE_S) = (GEN_S, SCORE_S), (gen_s, score_s)
-    try:
-        yield
-    finally:
-        GEN_S, SCORE_S = saved
+        globals().update(saved)
 
 
 async def cpu_per_depth(caps: Capabilities, runs: int) -> float:
     """Seconds one depth of the beam search takes with zero latencies (the best of ``runs``)."""
-    with latencies(0.0, 0.0):
+    with settings(GEN_S=0.0, SCORE_S=0.0):
         await one_run(caps)
         walls = []
         for _ in range(runs):
@@ -160,7 +149,7 @@ async def cpu_per_depth(caps: Capabilities, runs: int) -> float:
 
 async def at_longer_steps(runs: int) -> float:
     """The worse backend's wall / ideal when a step takes LONG_GEN_S and a score LONG_SCORE_S."""
-    with latencies(LONG_GEN_S, LONG_SCORE_S):
+    with settings(GEN_S=LONG_GEN_S, SCORE_S=LONG_SCORE_S):
         walls = [(await median_wall(caps, runs))[0] for caps in BACKENDS.values()]
     return max(walls) / (DEPTH * (LONG_GEN_S + LONG_SCORE_S))
 
@@ -201,7 +190,7 @@ async def bench(runs: int) -> dict[str, Any]:
             f" {cpus[name] * 1000:>7.2f} ms {usage.num_samples:>8} {usage.num_scores:>7}"
             f" {usage.total_tokens:>7}"
         )
-    with on_the_loop_timer():
+    with settings(PRECISE=False):  # the fakes on the event loop's timer (up to 1 ms late)
         timer = max([(await median_wall(caps, runs))[0] for caps in BACKENDS.values()]) / ideal
     print(f"with the fakes sleeping on the event loop's timer instead: {timer:.3f} x ideal (worse backend)")
     bare = await loop_floor(runs, precise=True) / ideal

@@ -81,7 +81,7 @@ def shared_attention(
                 turned.copy_(_rotate(turned, key_cos, key_sin))
             scores = torch.bmm(q_rows, keys.transpose(1, 2))
             if tail.width:
-                scores = torch.cat((scores, *tail.scores(raw, flat, g.tail_from)), dim=-1)
+                scores = torch.cat((scores, *tail.scores(raw, flat)), dim=-1)
             values = flat[-nkv * b * (g.tail_from + tail.width) :].view(nkv * b, -1, d)
             scores = scores.view(nkv, b, t, group, -1)
             shared = None
@@ -109,11 +109,12 @@ class _Tail:
     def __init__(self, g: RowGroup, work: torch.dtype, nkv: int, group: int) -> None:
         b, t, num_shifts = g.tail_cos.shape[:3]
         self.width = sum(width for _, width in g.pieces)
+        self.tail_from = g.tail_from
         self.pieces = [(k, start, width) for k, (start, width) in enumerate(g.pieces) if width]
         self.cos, self.sin = g.tail_cos.to(work), g.tail_sin.to(work)
         self.shape = (b, t, num_shifts, nkv, group)
 
-    def scores(self, raw: torch.Tensor, flat: torch.Tensor, tail_from: int) -> list[torch.Tensor]:
+    def scores(self, raw: torch.Tensor, flat: torch.Tensor) -> list[torch.Tensor]:
         """[kv_heads * B, T * group, width] per piece, from ``raw`` queries [B, T, heads, D] (not
         rotated yet) and the gathered rows (``flat``: each piece's keys as stored, see _gather)."""
         b, t, num_shifts, nkv, group = self.shape
@@ -123,7 +124,7 @@ class _Tail:
         rows = rows.reshape(num_shifts, nkv * b, t * group, d)
         out = []
         for k, start, width in self.pieces:
-            at = nkv * b * (tail_from + start)
+            at = nkv * b * (self.tail_from + start)
             keys = flat[at : at + nkv * b * width].view(nkv * b, width, d)
             out.append(torch.bmm(rows[k], keys.transpose(1, 2)))
         return out

@@ -84,13 +84,19 @@ class _Layout:
     own: tuple[str, int] = ("still", 0)  # the region holding the own segment, and where it starts there
     own_shift: int = 0  # where the own segment is moved: its shift (its piece)
 
+    def unshare(self) -> None:
+        """No prefix after all (no other row reads the same): the common slots join the still ones."""
+        if self.own[0] == "still":
+            self.own = ("still", self.own[1] + len(self.common))
+        self.still, self.common = self.common + self.still, []
 
-def _layout(row: RowPlan, shared: bool) -> _Layout:
-    """The row's slots by region; with ``shared``, the unshifted non-own ones apart as the prefix."""
+
+def _layout(row: RowPlan) -> _Layout:
+    """The row's slots by region, the unshifted non-own ones apart (the prefix, if others share it)."""
     out = _Layout()
     for i, (slots, shift) in enumerate(zip(row.slots, row.shifts, strict=True)):
         own = i == len(row.slots) - 1
-        if shift == 0 and shared and not own:
+        if shift == 0 and not own:
             out.common += slots
             continue
         if shift == 0:
@@ -109,11 +115,11 @@ def _layout(row: RowPlan, shared: bool) -> _Layout:
     return out
 
 
-def _classes(group_rows: list[RowPlan]) -> list[list[int]] | None:
+def _classes(layouts: list[_Layout]) -> list[list[int]] | None:
     """Rows grouped by the unshifted non-own slots they read; None when no two rows share them."""
     classes: dict[tuple[int, ...], list[int]] = {}
-    for i, row in enumerate(group_rows):
-        classes.setdefault(tuple(_layout(row, shared=True).common), []).append(i)
+    for i, lay in enumerate(layouts):
+        classes.setdefault(tuple(lay.common), []).append(i)
     if max(len(rows) for rows in classes.values()) < 2 or not any(classes):
         return None
     return list(classes.values())
@@ -145,8 +151,11 @@ def build_group(
     group_rows: list[RowPlan], start: int, *, num_slots: int, num_kv_rows: int, tables: Tables
 ) -> RowGroup:
     b, t = len(group_rows), group_rows[0].num_new
-    classes = _classes(group_rows)
-    layouts = [_layout(row, shared=classes is not None) for row in group_rows]
+    layouts = [_layout(row) for row in group_rows]
+    classes = _classes(layouts)
+    if classes is None:
+        for lay in layouts:
+            lay.unshare()
     prefix_width = max(len(lay.common) for lay in layouts)
     distinct, piece_starts, piece_widths = _pieces(layouts)
     num_shifts = len(piece_widths)

@@ -13,7 +13,6 @@ several tokens (the future of the own segment hidden).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 
 import pytest
 import torch
@@ -94,9 +93,7 @@ def test_groups_match_per_row_attention(
     monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", short_segment)
     rng = random.Random(num_new * 1000 + short_segment % 997)
     torch.manual_seed(num_new)
-    check_groups(
-        rng, num_new, torch.float32, sessions=lambda: rng.randint(1, 3), per_session=(1, 3), atol=2e-5
-    )
+    check_groups(rng, num_new, torch.float32, sessions=(1, 3), per_session=(1, 3), atol=2e-5)
 
 
 @pytest.mark.parametrize("short_segment", [0, 32])
@@ -107,7 +104,7 @@ def test_large_bf16_groups_match_per_row_attention(
     monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", short_segment)
     rng = random.Random(7 + short_segment)
     torch.manual_seed(7)
-    check_groups(rng, 1, torch.bfloat16, sessions=lambda: 9, per_session=(2, 3), atol=3e-2)  # 18-27 rows
+    check_groups(rng, 1, torch.bfloat16, sessions=(9, 9), per_session=(2, 3), atol=3e-2)  # 18-27 rows
 
 
 def check_groups(
@@ -115,7 +112,7 @@ def check_groups(
     num_new: int,
     dtype: torch.dtype,
     *,
-    sessions: Callable[[], int],
+    sessions: tuple[int, int],
     per_session: tuple[int, int],
     atol: float,
 ) -> None:
@@ -126,7 +123,7 @@ def check_groups(
     for _ in range(20 if dtype == torch.float32 else 5):
         free = list(range(SLOTS))
         rng.shuffle(free)
-        rows = random_rows(rng, num_new, free, sessions(), per_session)
+        rows = random_rows(rng, num_new, free, rng.randint(*sessions), per_session)
         assert dtype == torch.float32 or len(rows) > shared_attention.SMALL_BATCH  # the bf16 path
         group = build_group(rows, 0, num_slots=SLOTS, num_kv_rows=2 * KV_HEADS, tables=cos_sin)
         qkv = torch.randn(len(rows) * num_new, HEADS + 2 * KV_HEADS, D).to(dtype)
