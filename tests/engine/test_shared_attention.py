@@ -19,6 +19,7 @@ import torch
 from conftest import DEVICE
 
 from paragen.engine import shared_attention, shared_plan
+from paragen.engine.attention import SMALL_BATCH
 from paragen.engine.shared_plan import RowPlan, build_group
 
 HEADS, KV_HEADS, D, SLOTS, POSITIONS = 6, 2, 16, 4096, 2048
@@ -124,7 +125,7 @@ def check_groups(
         free = list(range(SLOTS))
         rng.shuffle(free)
         rows = random_rows(rng, num_new, free, rng.randint(*sessions), per_session)
-        assert dtype == torch.float32 or len(rows) > shared_attention.SMALL_BATCH  # the bf16 path
+        assert dtype == torch.float32 or len(rows) > SMALL_BATCH  # the bf16 path
         group = build_group(rows, 0, num_slots=SLOTS, num_kv_rows=2 * KV_HEADS, tables=cos_sin)
         qkv = torch.randn(len(rows) * num_new, HEADS + 2 * KV_HEADS, D).to(dtype)
         attend = shared_attention.shared_attention(
