@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from paragen.engine.attention import SMALL_BATCH, Attend
-from paragen.engine.shared_plan import Prefix, RowGroup
+from paragen.engine.shared_plan import RowGroup, Shared
 
 
 def _mask5(g: RowGroup) -> torch.Tensor:
@@ -66,6 +66,11 @@ def shared_attention(
         (g, w, g.cos.to(w), g.sin.to(w), g.key_cos.to(w), g.key_sin.to(w), _Tail(g, w, nkv, group), _mask5(g))
         for g, w in zip(groups, works, strict=True)
     ]
+    turns = {  # each class place's query rotations for its pieces, in the work dtype
+        id(g): (g.shared.cos.to(w), g.shared.sin.to(w))
+        for g, w in zip(groups, works, strict=True)
+        if g.shared
+    }
 
     def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         out = torch.empty(num_tokens, nq * d, dtype=dtype, device=device)
@@ -85,18 +90,18 @@ def shared_attention(
             values = flat[-nkv * b * (g.tail_from + tail.width) :].view(nkv * b, -1, d)
             scores = scores.view(nkv, b, t, group, -1)
             shared = None
-            if g.prefix is not None:
-                shared = _Shared(g.prefix, kv, q_heads, work, nkv, d)
+            if g.shared is not None:
+                shared = _Shared(g.shared, kv, work, q_heads, raw, turns[id(g)])
                 scores = torch.cat((shared.scores(), scores), dim=-1)
             if scale != 1.0:
                 scores.mul_(scale)
             scores.add_(mask)
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(work)
-            rest = probs if shared is None else probs[..., shared.prefix.width :]
+            rest = probs if shared is None else probs[..., shared.plan.total :]
             rest = rest.reshape(nkv * b, t * group, -1)
             heads_out = torch.bmm(rest, values).view(nkv, b, t, group, d)
             if shared is not None:
-                heads_out += shared.values(probs[..., : shared.prefix.width])
+                heads_out += shared.values(probs[..., : shared.plan.total])
             out[g.start : g.start + b * t].view(b, t, nkv, group, d).copy_(heads_out.permute(1, 2, 0, 3, 4))
         return out
 
@@ -131,32 +136,55 @@ class _Tail:
 
 
 class _Shared:
-    """One layer's prefix attention of a group: each class's keys gathered once, its rows' queries stacked."""
+    """One layer's class regions of a group (``shared_plan.Shared``): each class's keys gathered once,
+    the common region scored by its rows' queries stacked, each piece by their queries turned back
+    by each row's shift of it."""
 
     def __init__(
-        self, prefix: Prefix, kv: torch.Tensor, q_heads: torch.Tensor, work: torch.dtype, nkv: int, d: int
+        self,
+        plan: Shared,
+        kv: torch.Tensor,
+        work: torch.dtype,
+        q_heads: torch.Tensor,
+        raw: torch.Tensor,
+        turns: tuple[torch.Tensor, torch.Tensor],
     ) -> None:
-        self.prefix = prefix
-        c, r, p = prefix.num_classes, prefix.per_class, prefix.width
+        self.plan = plan
         self.shape = q_heads.shape  # [kv_heads, B, T, group, D]
-        self.context = kv.view(-1, d).index_select(0, prefix.gather).to(work).view(2, nkv * c, p, d)
-        self.queries = q_heads.reshape(nkv, -1, d * self.shape[2] * self.shape[3])
-        self.queries = self.queries.index_select(1, prefix.sources).view(nkv * c, -1, d)  # [.., R*T*group, D]
-        self.rows_per_class = r
+        nkv, _, t, group, d = self.shape
+        c = plan.num_classes
+        self.flat = kv.view(-1, d).index_select(0, plan.gather).to(work)  # regions: see shared_plan._gather
+        queries = q_heads.reshape(nkv, -1, d * t * group).index_select(1, plan.sources)
+        self.queries = queries.view(nkv * c, -1, d)  # [kv_heads * C, R * T * group, D]
+        self.raw, self.turns = raw, turns  # [B, T, heads, D] not rotated yet; each place's rotations
 
     def scores(self) -> torch.Tensor:
-        """[kv_heads, B, T, group, P]: every row's scores against its class's prefix."""
-        nkv, b, t, group, _ = self.shape
-        scores = torch.bmm(self.queries, self.context[0].transpose(1, 2))  # [kv*C, R*T*group, P]
-        per_place = scores.view(nkv, -1, t * group * self.prefix.width)
-        return per_place.index_select(1, self.prefix.places).view(nkv, b, t, group, -1)
+        """[kv_heads, B, T, group, S]: every row's scores against its class's regions."""
+        nkv, b, t, group, d = self.shape
+        plan = self.plan
+        c, r, p = plan.num_classes, plan.per_class, plan.width
+        common = self.flat[: nkv * c * p].view(nkv * c, p, d)
+        parts = [torch.bmm(self.queries, common.transpose(1, 2))]  # [kv*C, R*T*group, P]
+        if plan.pieces:
+            turned = _rotate(self.raw.index_select(0, plan.sources).unsqueeze(2), *self.turns)
+            rows = turned.view(c * r, t, -1, nkv, group, d).permute(2, 3, 0, 1, 4, 5)
+            rows = rows.reshape(len(plan.pieces), nkv * c, r * t * group, d)
+            for k, (start, width) in enumerate(plan.pieces):
+                at = nkv * c * (p + start)
+                keys = self.flat[at : at + nkv * c * width].view(nkv * c, width, d)
+                parts.append(torch.bmm(rows[k], keys.transpose(1, 2)))
+        scores = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
+        per_place = scores.view(nkv, -1, t * group * plan.total)
+        return per_place.index_select(1, plan.places).view(nkv, b, t, group, -1)
 
     def values(self, probs: torch.Tensor) -> torch.Tensor:
-        """The prefix's share of every row's output, from its probabilities [kv_heads, B, T, group, P]."""
+        """The class regions' share of every row's output, from its probabilities [kv, B, T, group, S]."""
         nkv, b, t, group, d = self.shape
-        c, p = self.prefix.num_classes, self.prefix.width
-        placed = probs.new_zeros(nkv, c * self.rows_per_class, t * group * p)
-        placed.index_copy_(1, self.prefix.places, probs.reshape(nkv, b, -1))
-        out = torch.bmm(placed.view(nkv * c, -1, p), self.context[1])  # [kv*C, R*T*group, D]
+        plan = self.plan
+        c, s = plan.num_classes, plan.total
+        placed = probs.new_zeros(nkv, c * plan.per_class, t * group * s)
+        placed.index_copy_(1, plan.places, probs.reshape(nkv, b, -1))
+        values = self.flat[nkv * c * s :].view(nkv * c, s, d)
+        out = torch.bmm(placed.view(nkv * c, -1, s), values)  # [kv*C, R*T*group, D]
         per_place = out.view(nkv, -1, t * group * d)
-        return per_place.index_select(1, self.prefix.places).view(nkv, b, t, group, d)
+        return per_place.index_select(1, plan.places).view(nkv, b, t, group, d)

@@ -41,26 +41,37 @@ class RowGroup:
     tail_cos: torch.Tensor  # [B, T, S, 1, D] the queries at their view positions minus each of S shifts
     tail_sin: torch.Tensor
     pieces: tuple[tuple[int, int], ...]  # per shift index k: where its keys start after tail_from, how many
-    mask: torch.Tensor  # [B, T, P + L] additive: padding, and the future in the own segment
-    prefix: Prefix | None = None  # keys several rows share, gathered and scored once (P slots)
+    mask: torch.Tensor  # [B, T, S + L] additive: padding, and the future in the own segment
+    shared: Shared | None = None  # keys several rows read, gathered once for all of them (S slots)
 
 
 @dataclass(slots=True)
-class Prefix:
-    """Unshifted segments that several rows of a group read alike (a session's prompt and history).
+class Shared:
+    """What several rows of a group read alike, gathered once per class of rows (a session's workers).
 
-    Their keys sit where every one of those views has them, so they are gathered once per class of
-    rows and scored against all the class's queries in one matmul: a session's workers read its
-    prompt and history once per pass, not once per worker. Softmax still runs per row over
-    prefix and rest together, so the result is the plain attention over the whole view.
+    A class is the rows that read the same unshifted non-own slots (the session's prompt and
+    history: the common region, P slots, scored by each row's query at its own position). Its
+    pieces are the long segments two or more of its rows read wherever their views hold them (the
+    workers' current steps): gathered once, scored by each row's query turned back by that row's
+    shift of the piece. Softmax still runs per row over all of its view, so the result is the plain
+    attention; only the gathers and matmuls are shared. Without pieces, a session of W workers
+    gathered every current step W times a pass.
     """
 
-    gather: torch.Tensor  # [2 * kv_heads * C * P]: each class's prefix slots, padded to P
-    width: int  # P
+    gather: torch.Tensor  # [2 * kv_heads * C * S]: each class's slots by region (see _gather), padded
+    width: int  # P: the common region
+    pieces: tuple[tuple[int, int], ...]  # per piece k: where its slots start after P, how many
+    cos: torch.Tensor  # [C * R, T, K, 1, D] each place's queries turned back by its shift of piece k
+    sin: torch.Tensor
     num_classes: int  # C
     per_class: int  # R: the most rows a class has (fewer are padded with row 0's queries)
     sources: torch.Tensor  # [C * R]: the row whose queries fill each class place
     places: torch.Tensor  # [B]: each row's place (class * R + index in class)
+
+    @property
+    def total(self) -> int:
+        """S: the common region and every piece."""
+        return self.width + sum(width for _, width in self.pieces)
 
 
 def shift_tables(tables: Tables, shifts: torch.Tensor) -> Tables:
@@ -72,32 +83,54 @@ def shift_tables(tables: Tables, shifts: torch.Tensor) -> Tables:
     return cos[size].float() / unit, sin[size].float() * sign / unit
 
 
+Key = tuple[int, int]  # a segment as the rows of one pass see it: its first slot and its length
+
+
 @dataclass(slots=True)
 class _Layout:
     """A row's view sorted by how its keys are read (see the module docstring)."""
 
-    common: list[int] = field(default_factory=list)  # unshifted non-own slots: the prefix, when shared
+    common: list[int]  # unshifted non-own slots: its class's common region, when shared
     still: list[int] = field(default_factory=list)  # the other unshifted slots
     turned: list[int] = field(default_factory=list)  # short shifted segments: keys rotated after the gather
     turned_shifts: list[int] = field(default_factory=list)
     moved: dict[int, list[int]] = field(default_factory=dict)  # long shifted segments' slots by shift
+    pieces: dict[Key, int] = field(default_factory=dict)  # segments its class gathers once: their shifts here
     own: tuple[str, int] = ("still", 0)  # the region holding the own segment, and where it starts there
     own_shift: int = 0  # where the own segment is moved: its shift (its piece)
+    own_key: Key | None = None  # the own segment, when its class gathers it as a piece
 
     def unshare(self) -> None:
-        """No prefix after all (no other row reads the same): the common slots join the still ones."""
+        """No class after all (no other row reads the same): the common slots join the still ones."""
         if self.own[0] == "still":
             self.own = ("still", self.own[1] + len(self.common))
         self.still, self.common = self.common + self.still, []
 
 
-def _layout(row: RowPlan) -> _Layout:
-    """The row's slots by region, the unshifted non-own ones apart (the prefix, if others share it)."""
-    out = _Layout()
+def _common(row: RowPlan) -> list[int]:
+    """The row's unshifted non-own slots (what its class shares at the head of every view)."""
+    last = len(row.slots) - 1
+    pairs = enumerate(zip(row.slots, row.shifts, strict=True))
+    return [slot for i, (slots, shift) in pairs if shift == 0 and i != last for slot in slots]
+
+
+def _is_piece(slots: list[int], shift: int, own: bool) -> bool:
+    """A segment its class may gather once: long, and outside the common region."""
+    return len(slots) >= max(1, SHORT_SEGMENT) and (shift != 0 or own)
+
+
+def _layout(row: RowPlan, common: list[int], pieces: set[Key]) -> _Layout:
+    """The row's slots by region; ``pieces``: the segments its class gathers once."""
+    out = _Layout(common)
+    last = len(row.slots) - 1
     for i, (slots, shift) in enumerate(zip(row.slots, row.shifts, strict=True)):
-        own = i == len(row.slots) - 1
+        own = i == last
         if shift == 0 and not own:
-            out.common += slots
+            continue  # in common
+        key = (slots[0], len(slots))
+        if _is_piece(slots, shift, own) and key in pieces:
+            out.pieces[key] = shift
+            out.own_key = key if own else out.own_key
             continue
         if shift == 0:
             region, at = "still", len(out.still)
@@ -115,48 +148,109 @@ def _layout(row: RowPlan) -> _Layout:
     return out
 
 
-def _classes(layouts: list[_Layout]) -> list[list[int]] | None:
+def _classes(commons: list[list[int]]) -> list[list[int]] | None:
     """Rows grouped by the unshifted non-own slots they read; None when no two rows share them."""
     classes: dict[tuple[int, ...], list[int]] = {}
-    for i, lay in enumerate(layouts):
-        classes.setdefault(tuple(lay.common), []).append(i)
+    for i, common in enumerate(commons):
+        classes.setdefault(tuple(common), []).append(i)
     if max(len(rows) for rows in classes.values()) < 2 or not any(classes):
         return None
     return list(classes.values())
 
 
-def _prefix(
-    commons: list[list[int]], classes: list[list[int]], heads: torch.Tensor, device: torch.device
-) -> Prefix:
+def _class_pieces(rows: list[RowPlan], classes: list[list[int]]) -> list[list[tuple[Key, list[int]]]]:
+    """Per class: the segments two or more of its rows read outside the common region, longest first."""
+    out = []
+    for members in classes:
+        readers: dict[Key, list[int]] = {}
+        count: dict[Key, int] = {}
+        for i in members:
+            last = len(rows[i].slots) - 1
+            for j, (slots, shift) in enumerate(zip(rows[i].slots, rows[i].shifts, strict=True)):
+                if _is_piece(slots, shift, j == last):
+                    key = (slots[0], len(slots))
+                    readers[key] = slots
+                    count[key] = count.get(key, 0) + 1
+        shared = [(key, slots) for key, slots in readers.items() if count[key] > 1]
+        out.append(sorted(shared, key=lambda piece: -len(piece[1])))
+    return out
+
+
+def _shared(
+    commons: list[list[int]],
+    classes: list[list[int]],
+    pieces: list[list[tuple[Key, list[int]]]],
+    layouts: list[_Layout],
+    heads: torch.Tensor,
+    queries: Tables,
+    tables: Tables,
+) -> Shared:
+    """The class regions of a group: slots, gather index, places and each place's piece rotations."""
     width, per_class = max(len(c) for c in commons), max(len(rows) for rows in classes)
-    slots = torch.zeros(len(classes), width, dtype=torch.long)
+    num_pieces = max(len(p) for p in pieces)
+    widths = [max(len(p[k][1]) for p in pieces if k < len(p)) for k in range(num_pieces)]
+    starts = [sum(widths[:k]) for k in range(len(widths))]
+    slots = torch.zeros(len(classes), width + sum(widths), dtype=torch.long)
     sources = torch.zeros(len(classes), per_class, dtype=torch.long)
+    shifts = torch.zeros(len(classes) * per_class, len(widths), dtype=torch.long)  # 0: row 0's padding
     places = [0] * sum(len(rows) for rows in classes)
-    for c, rows in enumerate(classes):
+    for c, (rows, class_pieces) in enumerate(zip(classes, pieces, strict=True)):
         slots[c, : len(commons[rows[0]])] = torch.tensor(commons[rows[0]], dtype=torch.long)
+        for (_, piece_slots), at in zip(class_pieces, starts, strict=False):
+            slots[c, width + at : width + at + len(piece_slots)] = torch.tensor(piece_slots, dtype=torch.long)
         sources[c, : len(rows)] = torch.tensor(rows, dtype=torch.long)
-        for k, row in enumerate(rows):
-            places[row] = c * per_class + k
-    return Prefix(
-        gather=(heads + slots.view(1, -1)).view(-1).to(device),
+        for r, row in enumerate(rows):
+            places[row] = c * per_class + r
+            for k, (key, _) in enumerate(class_pieces):
+                shifts[places[row], k] = layouts[row].pieces.get(key, 0)
+    device = tables[0].device
+    sources = sources.view(-1).to(device)
+    cos, sin = _minus(queries[0][sources], queries[1][sources], shift_tables(tables, -shifts.to(device)))
+    return Shared(
+        gather=_gather(heads, slots, width, starts, widths).to(device),
         width=width,
+        pieces=tuple(zip(starts, widths, strict=True)),
+        cos=cos,
+        sin=sin,
         num_classes=len(classes),
         per_class=per_class,
-        sources=sources.view(-1).to(device),
+        sources=sources,
         places=torch.tensor(places, device=device),
     )
+
+
+def _hide_future(visible: torch.Tensor, at: int, length: int) -> None:
+    """The own segment at ``at`` in ``visible`` [T, ..]: each new token sees only what precedes it."""
+    t = visible.shape[0]
+    visible[:, at : at + length] &= torch.arange(length) <= (length - t + torch.arange(t)).unsqueeze(1)
+
+
+def _show_class(
+    visible: torch.Tensor, lay: _Layout, shared: Shared, pieces: list[tuple[Key, list[int]]]
+) -> None:
+    """What a row reads of its class's regions ([T, S]): its common slots, the pieces in its view."""
+    visible[:, : len(lay.common)] = True
+    for (key, slots), (start, _) in zip(pieces, shared.pieces, strict=False):  # a class may have fewer
+        if key in lay.pieces:
+            at = shared.width + start
+            visible[:, at : at + len(slots)] = True
+            if key == lay.own_key:
+                _hide_future(visible, at, len(slots))
 
 
 def build_group(
     group_rows: list[RowPlan], start: int, *, num_slots: int, num_kv_rows: int, tables: Tables
 ) -> RowGroup:
     b, t = len(group_rows), group_rows[0].num_new
-    layouts = [_layout(row) for row in group_rows]
-    classes = _classes(layouts)
+    commons = [_common(row) for row in group_rows]
+    classes = _classes(commons)
+    class_pieces = [] if classes is None else _class_pieces(group_rows, classes)
+    class_of = {row: c for c, rows in enumerate(classes or []) for row in rows}
+    keys = [{key for key, _ in class_pieces[class_of[i]]} if classes else set() for i in range(b)]
+    layouts = [_layout(*args) for args in zip(group_rows, commons, keys, strict=True)]
     if classes is None:
         for lay in layouts:
             lay.unshare()
-    prefix_width = max(len(lay.common) for lay in layouts)
     distinct, piece_starts, piece_widths = _pieces(layouts)
     num_shifts = len(piece_widths)
     shifts = torch.tensor([d + [0] * (num_shifts - len(d)) for d in distinct])  # [B, S]; 0: no such piece
@@ -166,12 +260,21 @@ def build_group(
         "moved": sum(piece_widths),
     }
     starts = {"still": 0, "turned": widths["still"], "moved": widths["still"] + widths["turned"]}
+    heads = torch.arange(num_kv_rows).unsqueeze(1) * num_slots
+    device = tables[0].device
+    queries = torch.tensor([[row.query_from + k for k in range(t)] for row in group_rows], device=device)
+    cos, sin = tables[0][queries], tables[1][queries]  # [B, T, D]
+    shared = None
+    if classes is not None:
+        shared = _shared(commons, classes, class_pieces, layouts, heads, (cos, sin), tables)
+    class_width = 0 if shared is None else shared.total
     slots = torch.zeros(b, sum(widths.values()), dtype=torch.long)  # padding reads slot 0, masked
     turned_shifts = torch.zeros(b, widths["turned"], dtype=torch.long)
-    visible = torch.zeros(b, t, prefix_width + slots.shape[1], dtype=torch.bool)
+    visible = torch.zeros(b, t, class_width + slots.shape[1], dtype=torch.bool)
     for i, (row, lay) in enumerate(zip(group_rows, layouts, strict=True)):
-        rest = visible[i, :, prefix_width:]
-        visible[i, :, : len(lay.common)] = True
+        rest = visible[i, :, class_width:]
+        if shared is not None:
+            _show_class(visible[i, :, :class_width], lay, shared, class_pieces[class_of[i]])
         pieces = [
             (starts["moved"] + piece_starts[k], lay.moved[shift]) for k, shift in enumerate(distinct[i])
         ]
@@ -179,16 +282,11 @@ def build_group(
             slots[i, at : at + len(region_slots)] = torch.tensor(region_slots, dtype=torch.long)
             rest[:, at : at + len(region_slots)] = True
         turned_shifts[i, : len(lay.turned)] = torch.tensor(lay.turned_shifts, dtype=torch.long)
-        region, a = lay.own
-        if region == "moved":
-            a += piece_starts[distinct[i].index(lay.own_shift)]
-        a += starts[region]
-        n = len(row.slots[-1])  # the own segment, its new tokens last: hide each token's future
-        rest[:, a : a + n] &= torch.arange(n) <= (n - t + torch.arange(t)).unsqueeze(1)
-    heads = torch.arange(num_kv_rows).unsqueeze(1) * num_slots
-    device = tables[0].device
-    queries = torch.tensor([[row.query_from + k for k in range(t)] for row in group_rows], device=device)
-    cos, sin = tables[0][queries], tables[1][queries]  # [B, T, D]
+        if lay.own_key is None:
+            region, a = lay.own
+            if region == "moved":
+                a += piece_starts[distinct[i].index(lay.own_shift)]
+            _hide_future(rest, a + starts[region], len(row.slots[-1]))
     key_cos, key_sin = shift_tables(tables, turned_shifts.to(device))
     tail_cos, tail_sin = _minus(cos, sin, shift_tables(tables, -shifts.to(device)))
     return RowGroup(
@@ -206,7 +304,7 @@ def build_group(
         tail_sin=tail_sin,
         pieces=tuple(zip(piece_starts, piece_widths, strict=True)),
         mask=torch.zeros(visible.shape).masked_fill_(~visible, float("-inf")).to(device),
-        prefix=None if classes is None else _prefix([lay.common for lay in layouts], classes, heads, device),
+        shared=shared,
     )
 
 

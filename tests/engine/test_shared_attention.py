@@ -4,10 +4,12 @@ Each row's view is a list of segments whose keys are stored rotated at their own
 reference rotates every stored key by its segment's shift (the key-rotation form: the key a plain
 forward over the flattened view would hold), rotates the query at its view position, and runs
 causal attention over the view in float64. The groups mix everything the engine has to lay out:
-a prompt several rows share (the prefix), unshifted and shifted segments, short shifted ones
-(headers: keys rotated) and long ones (steps: a query per shift), negative shifts, several
-segments with one shift, the own segment shifted or not, long or short, and rows feeding one or
-several tokens (the future of the own segment hidden).
+a prompt several rows share (their class's common region), segments several rows of a session
+read at shifts of their own (the workers' steps, and each other's own segments: the class's
+pieces), unshifted and shifted segments of one row, short shifted ones (headers: keys rotated) and
+long ones (steps: a query per shift), negative shifts, several segments with one shift, the own
+segment shifted or not, long or short, and rows feeding one or several tokens (the future of the
+own segment hidden).
 """
 
 from __future__ import annotations
@@ -48,20 +50,27 @@ def rotate(x: torch.Tensor, position: int) -> torch.Tensor:
 def random_rows(
     rng: random.Random, num_new: int, slots: list[int], sessions: int, per_session: tuple[int, int]
 ) -> list[RowPlan]:
-    """Rows of ``sessions`` sessions; a session's rows share its prompt, each row has its own segments."""
+    """Rows of ``sessions`` sessions. A session's rows share its prompt and read some of its steps and
+    each other's own segments (each at its own shift); each row has segments of its own too."""
+
+    def segment(long: bool) -> list[int]:
+        return [slots.pop() for _ in range(rng.randint(33, 60) if long else rng.randint(1, 6))]
+
     rows = []
     for _ in range(sessions):
         prompt = [slots.pop() for _ in range(rng.randint(5, 40))]
-        for _ in range(rng.randint(*per_session)):
+        steps = [segment(rng.random() < 0.7) for _ in range(rng.randint(0, 3))]
+        owns = [
+            [slots.pop() for _ in range(rng.randint(num_new, 60))] for _ in range(rng.randint(*per_session))
+        ]
+        for r, own in enumerate(owns):
             segments, shifts = [prompt], [0]
-            for _ in range(rng.randint(0, 5)):
-                long = rng.random() < 0.5
-                segments.append(
-                    [slots.pop() for _ in range(rng.randint(33, 60) if long else rng.randint(1, 6))]
-                )
+            shared = steps + [other for j, other in enumerate(owns) if j != r]
+            mine = [segment(rng.random() < 0.5) for _ in range(rng.randint(0, 3))]
+            for seg in rng.sample(shared, rng.randint(0, len(shared))) + mine:
+                segments.append(seg)
                 shifts.append(rng.choice([0, rng.randint(-80, 200), shifts[-1]]))
-            own_length = rng.randint(num_new, 50)
-            segments.append([slots.pop() for _ in range(own_length)])
+            segments.append(own)
             shifts.append(rng.choice([0, rng.randint(-30, 150)]))
             view_length = sum(len(s) for s in segments)
             rows.append(RowPlan(segments, shifts, num_new, view_length - num_new))
