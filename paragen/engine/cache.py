@@ -102,3 +102,45 @@ class KVCache:
         rope_(turned, cos.float(), sin.float())
         keys.copy_(turned)
         self.kv.index_copy_(2, dst, moved)
+
+
+class PromptHeads:
+    """The full blocks of the prompts that live Hogwild! sessions began with, for sessions that begin alike.
+
+    Every problem of an eval starts its sessions with the same instructions (~280 tokens of a ~300
+    token prompt): a session whose first segment begins with a live session's whole blocks takes
+    those blocks (one more reference each) instead of computing them again, and the attention then
+    reads them once for every session in a pass (``shared_plan``). An entry points at blocks its
+    session holds and takes no reference of its own: the session drops it before freeing them.
+    Keys and values of a token depend only on the tokens before it and its position, and a first
+    segment starts at position 0, so a taken block holds what the session would have computed.
+    """
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self._entries: dict[tuple[int, int], tuple[list[int], list[int]]] = {}  # owner -> (token ids, blocks)
+
+    def match(self, token_ids: list[int]) -> list[int]:
+        """The blocks of the longest run of whole blocks an entry shares with ``token_ids`` (at least
+        one token is left over: its forward gives the prompt's next token)."""
+        bs = self.block_size
+        best: list[int] = []
+        room = (len(token_ids) - 1) // bs
+        for tokens, blocks in self._entries.values():
+            n = 0
+            while (
+                n < min(room, len(blocks))
+                and tokens[n * bs : (n + 1) * bs] == token_ids[n * bs : (n + 1) * bs]
+            ):
+                n += 1
+            if n > len(best):
+                best = blocks[:n]
+        return best
+
+    def keep(self, owner: tuple[int, int], token_ids: list[int], blocks: list[int]) -> None:
+        n = min(len(blocks), len(token_ids) // self.block_size)
+        if n:
+            self._entries[owner] = (token_ids[: n * self.block_size], blocks[:n])
+
+    def drop(self, owner: tuple[int, int]) -> None:
+        self._entries.pop(owner, None)

@@ -58,12 +58,15 @@ class SharedCache:
 
     def free_segment(self, seg: int) -> None:
         self._check_open()
-        self.engine.blocks.release(self._segment(seg).blocks)
+        segment = self._segment(seg)
+        self.engine.prompt_heads.drop((id(self), seg))
+        self.engine.blocks.release(segment.blocks)
         del self.segments[seg]
 
     def close(self) -> None:
         """Free every segment's blocks (idempotent)."""
-        for segment in self.segments.values():
+        for seg, segment in self.segments.items():
+            self.engine.prompt_heads.drop((id(self), seg))
             self.engine.blocks.release(segment.blocks)
         self.segments.clear()
         self.is_closed = True
@@ -118,25 +121,55 @@ class SharedCache:
     @torch.inference_mode()
     def logits(self, rows: Sequence[SharedRow]) -> torch.Tensor:
         """One forward pass: every row's tokens written; the logits [rows, vocab] at each row's last token."""
-        new_lengths = self.prepare(rows)
-        logits = model_logits(self.engine, [self.place(row, new_lengths) for row in rows])
-        self.commit(new_lengths)
+        prepared = self.prepare(rows)
+        logits = model_logits(self.engine, [self.place(row, prepared.lengths) for row in prepared.rows])
+        self.commit(prepared)
         return logits
 
-    def prepare(self, rows: Sequence[SharedRow]) -> dict[int, int]:
-        """Checks the rows and grows their target segments; returns each target's length after the pass."""
+    def prepare(self, rows: Sequence[SharedRow]) -> Prepared:
+        """Checks the rows and grows their target segments: the rows as they run, each target's length after.
+
+        A row that starts a session's first segment (a view of that segment alone, still empty) takes
+        the whole blocks a live session's first segment shares with it (``PromptHeads``) and feeds
+        only the rest of its tokens.
+        """
         self._check_open()
-        new_lengths = self._check_rows(rows)
-        self._grow(new_lengths)
-        for row in rows:  # every base before any row is placed: a peer's row may read this segment
+        firsts = [(row.view[-1], list(row.token_ids)) for row in rows if self._starts_alone(row)]
+        run = [self._take_head(row) if self._starts_alone(row) else row for row in rows]
+        try:
+            new_lengths = self._check_rows(run)
+            self._grow(new_lengths)
+        except EngineError:
+            for seg, _ in firsts:  # nothing was written: the segment is empty again
+                self.engine.blocks.release(self.segments[seg].blocks)
+                self.segments[seg] = Segment()
+            raise
+        for row in run:  # every base before any row is placed: a peer's row may read this segment
             own = self.segments[row.view[-1]]
             if own.base is None:  # written first here: its keys go where they sit in this view
                 own.base = sum(new_lengths.get(s, self.segments[s].length) for s in row.view[:-1])
-        return new_lengths
+        return Prepared(run, new_lengths, firsts)
 
-    def commit(self, new_lengths: dict[int, int]) -> None:
-        for seg, length in new_lengths.items():
+    def commit(self, prepared: Prepared) -> None:
+        for seg, length in prepared.lengths.items():
             self.segments[seg].length = length
+        for seg, token_ids in prepared.firsts:
+            self.engine.prompt_heads.keep((id(self), seg), token_ids, self.segments[seg].blocks)
+
+    def _starts_alone(self, row: SharedRow) -> bool:
+        return len(row.view) == 1 and row.view[0] in self.segments and not self.segments[row.view[0]].blocks
+
+    def _take_head(self, row: SharedRow) -> SharedRow:
+        """The row after its first segment took the blocks it shares with a live session's, if any."""
+        blocks = self.engine.prompt_heads.match(list(row.token_ids))
+        if not blocks:
+            return row
+        segment, bs = self.segments[row.view[0]], self.engine.blocks.block_size
+        segment.blocks = self.engine.blocks.share(blocks)
+        segment.length = len(blocks) * bs
+        segment.slots = [block * bs + p for block in blocks for p in range(bs)]
+        segment.base = 0
+        return SharedRow(row.worker, row.view, row.token_ids[segment.length :])
 
     def _check_open(self) -> None:
         if self.is_closed:
@@ -206,6 +239,15 @@ class SharedCache:
 
 
 @dataclass(frozen=True, slots=True)
+class Prepared:
+    """A session's rows checked for a pass: as they run, each target's length after, first prefills."""
+
+    rows: list[SharedRow]
+    lengths: dict[int, int]
+    firsts: list[tuple[int, list[int]]]  # (segment, every token id its row brought): kept as a head
+
+
+@dataclass(frozen=True, slots=True)
 class SharedForward:
     """One session's rows for a forward pass (``forward_together`` runs several sessions' at once)."""
 
@@ -239,7 +281,7 @@ def forward_together(jobs: Sequence[SharedForward]) -> list[list[SharedSample] |
 def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | EngineError]:
     """``forward_together`` for jobs of distinct sessions: one model forward."""
     outcomes: dict[int, list[SharedSample] | EngineError] = {}
-    ready: list[tuple[int, dict[int, int]]] = []
+    ready: list[tuple[int, Prepared]] = []
     for i, job in enumerate(jobs):
         try:
             ready.append((i, job.cache.prepare(job.rows)))
@@ -248,12 +290,12 @@ def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | En
     if not ready:
         return [outcomes[i] for i in range(len(jobs))]
     engine = jobs[ready[0][0]].cache.engine
-    placed = [jobs[i].cache.place(row, lengths) for i, lengths in ready for row in jobs[i].rows]
+    placed = [jobs[i].cache.place(row, prep.lengths) for i, prep in ready for row in prep.rows]
     logits = model_logits(engine, placed)
     start = 0
-    for i, lengths in ready:
+    for i, prepared in ready:
         job = jobs[i]
-        job.cache.commit(lengths)
+        job.cache.commit(prepared)
         if job.suppress_token_ids:
             logits[start : start + len(job.rows), list(job.suppress_token_ids)] = float("-inf")
         start += len(job.rows)

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from paragen.engine import loader
-from paragen.engine.cache import BlockManager, KVCache
+from paragen.engine.cache import BlockManager, KVCache, PromptHeads
 from paragen.engine.detokenizer import Detokenizer
 from paragen.engine.host import keep_freed_memory
 from paragen.engine.model import Model
@@ -95,6 +95,7 @@ class LLMEngine:
             )
         self.blocks = BlockManager(num_blocks, block_size)
         self.cache = KVCache(self.cfg, num_blocks, block_size, self.dtype, device)
+        self.prompt_heads = PromptHeads(block_size)  # Hogwild! sessions' first blocks, for those alike
         max_seq_len = min(self.cfg.max_position_embeddings, num_blocks * block_size)
         self.scheduler = Scheduler(self.blocks, self.cache, max_batch, max_seq_len)
         self.runner = ModelRunner(self.model, self.cache)

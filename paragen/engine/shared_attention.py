@@ -136,9 +136,9 @@ class _Tail:
 
 
 class _Shared:
-    """One layer's class regions of a group (``shared_plan.Shared``): each class's keys gathered once,
-    the common region scored by its rows' queries stacked, each piece by their queries turned back
-    by each row's shift of it."""
+    """One layer's class regions of a group (``shared_plan.Shared``): the head gathered once and scored
+    by every row's query in one matmul; each class's keys gathered once, its common region scored by
+    its rows' queries stacked, each piece by their queries turned back by each row's shift of it."""
 
     def __init__(
         self,
@@ -154,6 +154,8 @@ class _Shared:
         nkv, _, t, group, d = self.shape
         c = plan.num_classes
         self.flat = kv.view(-1, d).index_select(0, plan.gather).to(work)  # regions: see shared_plan._gather
+        self.head = kv.view(-1, d).index_select(0, plan.head_gather).to(work)  # [2 * kv_heads * H, D]
+        self.q_heads = q_heads
         queries = q_heads.reshape(nkv, -1, d * t * group).index_select(1, plan.sources)
         self.queries = queries.view(nkv * c, -1, d)  # [kv_heads * C, R * T * group, D]
         self.raw, self.turns = raw, turns  # [B, T, heads, D] not rotated yet; each place's rotations
@@ -163,7 +165,7 @@ class _Shared:
         nkv, b, t, group, d = self.shape
         plan = self.plan
         c, r, p = plan.num_classes, plan.per_class, plan.width
-        common = self.flat[: nkv * c * p].view(nkv * c, p, d)
+        common = self.flat[: nkv * c * p].view(nkv * c, p, d)  # the common region after the head
         parts = [torch.bmm(self.queries, common.transpose(1, 2))]  # [kv*C, R*T*group, P]
         if plan.pieces:
             turned = _rotate(self.raw.index_select(0, plan.sources).unsqueeze(2), *self.turns)
@@ -174,17 +176,26 @@ class _Shared:
                 keys = self.flat[at : at + nkv * c * width].view(nkv * c, width, d)
                 parts.append(torch.bmm(rows[k], keys.transpose(1, 2)))
         scores = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
-        per_place = scores.view(nkv, -1, t * group * plan.total)
-        return per_place.index_select(1, plan.places).view(nkv, b, t, group, -1)
+        per_place = scores.view(nkv, -1, t * group * (plan.total - plan.head))
+        by_row = per_place.index_select(1, plan.places).view(nkv, b, t, group, -1)
+        if not plan.head:
+            return by_row
+        keys = self.head[: nkv * plan.head].view(nkv, plan.head, d)
+        head = torch.bmm(self.q_heads.reshape(nkv, -1, d), keys.transpose(1, 2))  # every row at once
+        return torch.cat((head.view(nkv, b, t, group, -1), by_row), dim=-1)
 
     def values(self, probs: torch.Tensor) -> torch.Tensor:
         """The class regions' share of every row's output, from its probabilities [kv, B, T, group, S]."""
         nkv, b, t, group, d = self.shape
         plan = self.plan
-        c, s = plan.num_classes, plan.total
+        c, h, s = plan.num_classes, plan.head, plan.total - plan.head
         placed = probs.new_zeros(nkv, c * plan.per_class, t * group * s)
-        placed.index_copy_(1, plan.places, probs.reshape(nkv, b, -1))
+        placed.index_copy_(1, plan.places, probs[..., h:].reshape(nkv, b, -1))
         values = self.flat[nkv * c * s :].view(nkv * c, s, d)
         out = torch.bmm(placed.view(nkv * c, -1, s), values)  # [kv*C, R*T*group, D]
         per_place = out.view(nkv, -1, t * group * d)
-        return per_place.index_select(1, plan.places).view(nkv, b, t, group, d)
+        by_row = per_place.index_select(1, plan.places).view(nkv, b, t, group, d)
+        if h:
+            head_values = self.head[nkv * h :].view(nkv, h, d)
+            by_row += torch.bmm(probs[..., :h].reshape(nkv, -1, h), head_values).view(nkv, b, t, group, d)
+        return by_row

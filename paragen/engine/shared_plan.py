@@ -12,6 +12,9 @@ Tables = tuple[torch.Tensor, torch.Tensor]  # the model's RoPE cos and signed-si
 # A shifted segment shorter than this has its keys rotated (cheap: a few slots) rather than a query
 # rotation of its own (a whole score matmul row over the shifted keys): the headers between steps.
 SHORT_SEGMENT = 32
+# Classes whose common regions begin with this many slots alike or more read them as one head, gathered
+# once for the whole group (sessions whose prompts begin alike hold the same blocks: PromptHeads).
+HEAD_MIN = 16
 
 
 @dataclass(slots=True)
@@ -58,8 +61,10 @@ class Shared:
     gathered every current step W times a pass.
     """
 
-    gather: torch.Tensor  # [2 * kv_heads * C * S]: each class's slots by region (see _gather), padded
-    width: int  # P: the common region
+    gather: torch.Tensor  # [2 * kv_heads * C * (P + pieces)]: each class's slots by region (_gather), padded
+    head: int  # H: the slots every class's common region begins with, gathered once for the group
+    head_gather: torch.Tensor  # [2 * kv_heads * H]
+    width: int  # P: the rest of the common region
     pieces: tuple[tuple[int, int], ...]  # per piece k: where its slots start after P, how many
     cos: torch.Tensor  # [C * R, T, K, 1, D] each place's queries turned back by its shift of piece k
     sin: torch.Tensor
@@ -70,8 +75,8 @@ class Shared:
 
     @property
     def total(self) -> int:
-        """S: the common region and every piece."""
-        return self.width + sum(width for _, width in self.pieces)
+        """S: the head, the rest of the common region and every piece."""
+        return self.head + self.width + sum(width for _, width in self.pieces)
 
 
 def shift_tables(tables: Tables, shifts: torch.Tensor) -> Tables:
@@ -186,6 +191,9 @@ def _shared(
     tables: Tables,
 ) -> Shared:
     """The class regions of a group: slots, gather index, places and each place's piece rotations."""
+    head = _head([commons[rows[0]] for rows in classes])
+    head_slots = torch.tensor(commons[classes[0][0]][:head], dtype=torch.long)
+    commons = [common[head:] for common in commons]
     width, per_class = max(len(c) for c in commons), max(len(rows) for rows in classes)
     num_pieces = max(len(p) for p in pieces)
     widths = [max(len(p[k][1]) for p in pieces if k < len(p)) for k in range(num_pieces)]
@@ -208,6 +216,8 @@ def _shared(
     cos, sin = _minus(queries[0][sources], queries[1][sources], shift_tables(tables, -shifts.to(device)))
     return Shared(
         gather=_gather(heads, slots, width, starts, widths).to(device),
+        head=head,
+        head_gather=(heads + head_slots.view(1, -1)).view(-1).to(device),
         width=width,
         pieces=tuple(zip(starts, widths, strict=True)),
         cos=cos,
@@ -217,6 +227,15 @@ def _shared(
         sources=sources,
         places=torch.tensor(places, device=device),
     )
+
+
+def _head(commons: list[list[int]]) -> int:
+    """How many slots every class's common region begins with alike (0 below HEAD_MIN or for one class)."""
+    if len(commons) < 2:
+        return 0
+    low, high = min(commons), max(commons)  # what all share, the first and last in order share
+    head = next((i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), len(low))
+    return head if head >= HEAD_MIN else 0
 
 
 def _hide_future(visible: torch.Tensor, at: int, length: int) -> None:
@@ -229,10 +248,10 @@ def _show_class(
     visible: torch.Tensor, lay: _Layout, shared: Shared, pieces: list[tuple[Key, list[int]]]
 ) -> None:
     """What a row reads of its class's regions ([T, S]): its common slots, the pieces in its view."""
-    visible[:, : len(lay.common)] = True
+    visible[:, : len(lay.common)] = True  # the head, then the rest of the common region
     for (key, slots), (start, _) in zip(pieces, shared.pieces, strict=False):  # a class may have fewer
         if key in lay.pieces:
-            at = shared.width + start
+            at = shared.head + shared.width + start
             visible[:, at : at + len(slots)] = True
             if key == lay.own_key:
                 _hide_future(visible, at, len(slots))

@@ -4,7 +4,8 @@ Each row's view is a list of segments whose keys are stored rotated at their own
 reference rotates every stored key by its segment's shift (the key-rotation form: the key a plain
 forward over the flattened view would hold), rotates the query at its view position, and runs
 causal attention over the view in float64. The groups mix everything the engine has to lay out:
-a prompt several rows share (their class's common region), segments several rows of a session
+prompts whose first slots several sessions share (the head), a prompt several rows share (their
+class's common region), segments several rows of a session
 read at shifts of their own (the workers' steps, and each other's own segments: the class's
 pieces), unshifted and shifted segments of one row, short shifted ones (headers: keys rotated) and
 long ones (steps: a query per shift), negative shifts, several segments with one shift, the own
@@ -50,15 +51,17 @@ def rotate(x: torch.Tensor, position: int) -> torch.Tensor:
 def random_rows(
     rng: random.Random, num_new: int, slots: list[int], sessions: int, per_session: tuple[int, int]
 ) -> list[RowPlan]:
-    """Rows of ``sessions`` sessions. A session's rows share its prompt and read some of its steps and
-    each other's own segments (each at its own shift); each row has segments of its own too."""
+    """Rows of ``sessions`` sessions. Most sessions' prompts begin with the same slots (the head); a
+    session's rows share its prompt and read some of its steps and each other's own segments (each
+    at its own shift); each row has segments of its own too."""
 
     def segment(long: bool) -> list[int]:
         return [slots.pop() for _ in range(rng.randint(33, 60) if long else rng.randint(1, 6))]
 
     rows = []
+    instructions = [slots.pop() for _ in range(rng.randint(0, 40))]  # the blocks prompts begin with alike
     for _ in range(sessions):
-        prompt = [slots.pop() for _ in range(rng.randint(5, 40))]
+        prompt = instructions * (rng.random() < 0.8) + [slots.pop() for _ in range(rng.randint(5, 40))]
         steps = [segment(rng.random() < 0.7) for _ in range(rng.randint(0, 3))]
         owns = [
             [slots.pop() for _ in range(rng.randint(num_new, 60))] for _ in range(rng.randint(*per_session))

@@ -1,0 +1,106 @@
+"""Sessions whose prompts begin alike take a live session's first blocks (PromptHeads), and compute
+what they would alone; the blocks are freed once, with the last session holding them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_hogwild import Reference
+
+from paragen.engine.hogwild import SharedCache
+from paragen.engine.llm_engine import LLMEngine
+from paragen.engine.shared_types import SharedRow
+from paragen.errors import EngineError
+from paragen.types import SamplingParams
+
+GREEDY = SamplingParams(max_tokens=64, temperature=0.0)
+BLOCK = 4
+INSTRUCTIONS = "You are one of several workers solving a problem together; share the work and check it. "
+
+
+def prompts(engine: LLMEngine) -> tuple[list[int], list[int]]:
+    """Two prompts that begin with the same instructions and then ask different questions."""
+
+    def ids(text: str) -> list[int]:
+        return list(engine.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return ids(INSTRUCTIONS + "What is 17 times 23?"), ids(INSTRUCTIONS + "And what is 19 plus 44?")
+
+
+def whole_blocks_alike(a: list[int], b: list[int]) -> int:
+    same = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+    return same // BLOCK
+
+
+def test_a_session_takes_the_blocks_a_live_session_began_with(tiny_llama: Path) -> None:
+    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=BLOCK)
+    first_ids, second_ids = prompts(engine)
+    alike = whole_blocks_alike(first_ids, second_ids)
+    assert alike >= 3
+    first = SharedCache(engine, GREEDY, num_workers=1)
+    p1 = first.new_segment()
+    first.logits([SharedRow(0, [p1], first_ids)])
+    free = engine.num_free_blocks
+    second = SharedCache(engine, GREEDY, num_workers=1)
+    p2 = second.new_segment()
+    got = second.logits([SharedRow(0, [p2], second_ids)])
+    assert second.segments[p2].blocks[:alike] == first.segments[p1].blocks[:alike]
+    assert second.length(p2) == len(second_ids)
+    needed = engine.blocks.num_blocks_for(len(second_ids))
+    assert free - engine.num_free_blocks == needed - alike  # only the rest was allocated and computed
+    token = int(got.argmax())
+    step = second.logits([SharedRow(0, [p2], [token])])  # a pass that reads the taken blocks
+    first.close()
+    second.close()
+    assert engine.num_free_blocks == 64
+    alone = SharedCache(engine, GREEDY, num_workers=1)
+    p3 = alone.new_segment()
+    torch.testing.assert_close(got, alone.logits([SharedRow(0, [p3], second_ids)]), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(step, alone.logits([SharedRow(0, [p3], [token])]), atol=1e-4, rtol=1e-4)
+    alone.close()
+    reference = Reference(tiny_llama).plain(second_ids)
+    torch.testing.assert_close(got[0], reference, atol=1e-4, rtol=1e-4)
+
+
+def test_the_blocks_are_offered_only_while_their_session_holds_them(tiny_llama: Path) -> None:
+    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=BLOCK)
+    first_ids, second_ids = prompts(engine)
+    first = SharedCache(engine, GREEDY, num_workers=1)
+    p1 = first.new_segment()
+    first.logits([SharedRow(0, [p1], first_ids)])
+    first.free_segment(p1)  # its entry goes with it
+    second = SharedCache(engine, GREEDY, num_workers=1)
+    p2 = second.new_segment()
+    second.logits([SharedRow(0, [p2], second_ids)])
+    assert engine.num_free_blocks == 64 - engine.blocks.num_blocks_for(len(second_ids))
+    assert not any(engine.blocks.is_shared(b) for b in second.segments[p2].blocks)
+    first.close()
+    second.close()
+    assert engine.num_free_blocks == 64
+
+
+def test_a_refused_first_pass_gives_the_taken_blocks_back(tiny_llama: Path) -> None:
+    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=BLOCK)
+    first_ids, second_ids = prompts(engine)
+    first = SharedCache(engine, GREEDY, num_workers=1)
+    p1 = first.new_segment()
+    first.logits([SharedRow(0, [p1], first_ids)])
+    hog = SharedCache(engine, GREEDY, num_workers=1)
+    h = hog.new_segment()
+    hog.logits([SharedRow(0, [h], [1] * (engine.num_free_blocks * BLOCK - 2))])  # the cache all but full
+    second = SharedCache(engine, GREEDY, num_workers=1)
+    p2 = second.new_segment()
+    with pytest.raises(EngineError, match="KV cache is full"):
+        second.logits([SharedRow(0, [p2], second_ids)])
+    assert second.length(p2) == 0 and not second.segments[p2].blocks
+    hog.close()
+    got = second.logits([SharedRow(0, [p2], second_ids)])  # the segment starts over, and takes them now
+    alike = whole_blocks_alike(first_ids, second_ids)
+    assert second.segments[p2].blocks[:alike] == first.segments[p1].blocks[:alike]
+    assert second.length(p2) == len(second_ids)
+    torch.testing.assert_close(got[0], Reference(tiny_llama).plain(second_ids), atol=1e-4, rtol=1e-4)
+    first.close()
+    second.close()
+    assert engine.num_free_blocks == 64
