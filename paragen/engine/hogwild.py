@@ -122,7 +122,11 @@ class SharedCache:
     def logits(self, rows: Sequence[SharedRow]) -> torch.Tensor:
         """One forward pass: every row's tokens written; the logits [rows, vocab] at each row's last token."""
         prepared = self.prepare(rows)
-        logits = model_logits(self.engine, [self.place(row, prepared.lengths) for row in prepared.rows])
+        try:
+            logits = model_logits(self.engine, [self.place(row, prepared.lengths) for row in prepared.rows])
+        except Exception:
+            self.abandon(prepared)
+            raise
         self.commit(prepared)
         return logits
 
@@ -131,7 +135,9 @@ class SharedCache:
 
         A row that starts a session's first segment (a view of that segment alone, still empty) takes
         the whole blocks a live session's first segment shares with it (``PromptHeads``) and feeds
-        only the rest of its tokens.
+        only the rest of its tokens; its own blocks are offered at once, so a session prepared later
+        for the same pass takes them too (its row reads them after this pass writes them: every row
+        writes before any row reads). A pass that fails after this is ``abandon``-ed.
         """
         self._check_open()
         firsts = [(row.view[-1], list(row.token_ids)) for row in rows if self._starts_alone(row)]
@@ -148,13 +154,20 @@ class SharedCache:
             own = self.segments[row.view[-1]]
             if own.base is None:  # written first here: its keys go where they sit in this view
                 own.base = sum(new_lengths.get(s, self.segments[s].length) for s in row.view[:-1])
+        for seg, token_ids in firsts:
+            self.engine.prompt_heads.keep((id(self), seg), token_ids, self.segments[seg].blocks)
         return Prepared(run, new_lengths, firsts)
 
     def commit(self, prepared: Prepared) -> None:
         for seg, length in prepared.lengths.items():
             self.segments[seg].length = length
-        for seg, token_ids in prepared.firsts:
-            self.engine.prompt_heads.keep((id(self), seg), token_ids, self.segments[seg].blocks)
+
+    def abandon(self, prepared: Prepared) -> None:
+        """The pass after ``prepare`` failed: its first segments are empty again and offered no more."""
+        for seg, _ in prepared.firsts:
+            self.engine.prompt_heads.drop((id(self), seg))
+            self.engine.blocks.release(self.segments[seg].blocks)
+            self.segments[seg] = Segment()
 
     def _starts_alone(self, row: SharedRow) -> bool:
         return len(row.view) == 1 and row.view[0] in self.segments and not self.segments[row.view[0]].blocks
@@ -290,8 +303,13 @@ def _forward_once(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | En
     if not ready:
         return [outcomes[i] for i in range(len(jobs))]
     engine = jobs[ready[0][0]].cache.engine
-    placed = [jobs[i].cache.place(row, prep.lengths) for i, prep in ready for row in prep.rows]
-    logits = model_logits(engine, placed)
+    try:
+        placed = [jobs[i].cache.place(row, prep.lengths) for i, prep in ready for row in prep.rows]
+        logits = model_logits(engine, placed)
+    except Exception:  # nothing was written for sure: no session keeps or offers a first segment of it
+        for i, prepared in ready:
+            jobs[i].cache.abandon(prepared)
+        raise
     start = 0
     for i, prepared in ready:
         job = jobs[i]

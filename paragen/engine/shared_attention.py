@@ -9,20 +9,26 @@ plain forward over the flattened view would (key at ``o_s + j``) once the query 
 regions by how they are read:
 
 - unshifted (the prompt, the history and the headers before it, in the layouts that keep them at
-  the head of every view): scored by the query at its own position; those that several rows of a
-  session read alike are their shared prefix (``shared_plan.Prefix``), gathered once for all of them;
+  the head of every view): scored by the query at its own position. Those that several rows of a
+  session read alike are their class's common region (``shared_plan.Shared``), gathered once for
+  all of them; the slots every class's common region begins with (prompts that begin alike hold
+  the same blocks: ``cache.PromptHeads``) are the head, gathered once for the whole group and
+  scored by every row's query in one matmul;
+- long segments several rows of a class read (the workers' current steps, each read by every
+  worker at a shift of its own): the class's pieces, gathered once, scored by each row's query
+  rotated back by that row's shift of the piece (a W-worker session gathered each step W times);
 - short shifted segments (under ``SHORT_SEGMENT`` slots: the headers between steps): their few
   keys are rotated by their shifts after the gather and scored with the unshifted ones;
-- long shifted segments (the workers' current steps): keys as stored, scored by the query rotated
-  once per distinct shift. A row's k-th shift's slots sit at the same place in every row of the
-  group (its "piece"), so each shift costs one score matmul over its own slots. Rotating those
-  keys instead (four elementwise passes over every current step, every pass and layer) cost a
-  4-worker pass more than its matmuls.
+- the other long shifted segments (one row's own, in the interleaved layout): keys as stored,
+  scored by the query rotated once per distinct shift. A row's k-th shift's slots sit at the same
+  place in every row of the group (its "piece"), so each shift costs one score matmul over its own
+  slots. Rotating those keys instead (four elementwise passes over every current step, every pass
+  and layer) cost a 4-worker pass more than its matmuls.
 
 The gathered keys are laid out region by region, each one contiguous matrix per KV head and row
-(see :func:`paragen.engine.shared_plan._gather`), then one softmax over the whole view and one
-value matmul. Which slot goes to which region, and the batch's gather index, masks and rotations:
-``shared_plan.py``.
+or class (see :func:`paragen.engine.shared_plan._gather`), then one softmax over the whole view
+and one value matmul per kind of region. Which slot goes to which region, and the batch's gather
+index, masks and rotations: ``shared_plan.py``.
 
 The view is gathered slot by slot (not in whole blocks), densely: a 3-token header costs 3 slots.
 """

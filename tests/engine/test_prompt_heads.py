@@ -9,7 +9,8 @@ import pytest
 import torch
 from test_hogwild import Reference
 
-from paragen.engine.hogwild import SharedCache
+from paragen.engine import hogwild
+from paragen.engine.hogwild import SharedCache, SharedForward, forward_together
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.shared_types import SharedRow
 from paragen.errors import EngineError
@@ -100,6 +101,66 @@ def test_a_refused_first_pass_gives_the_taken_blocks_back(tiny_llama: Path) -> N
     alike = whole_blocks_alike(first_ids, second_ids)
     assert second.segments[p2].blocks[:alike] == first.segments[p1].blocks[:alike]
     assert second.length(p2) == len(second_ids)
+    torch.testing.assert_close(got[0], Reference(tiny_llama).plain(second_ids), atol=1e-4, rtol=1e-4)
+    first.close()
+    second.close()
+    assert engine.num_free_blocks == 64
+
+
+def test_sessions_starting_in_one_pass_share_what_the_first_writes(tiny_llama: Path) -> None:
+    """An eval starts its sessions together: the second reads the blocks the first writes in that pass."""
+    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=BLOCK)
+    first_ids, second_ids = prompts(engine)
+    first, second = (SharedCache(engine, GREEDY, num_workers=1) for _ in range(2))
+    p1, p2 = first.new_segment(), second.new_segment()
+    jobs = [
+        SharedForward(first, [SharedRow(0, [p1], first_ids)]),
+        SharedForward(second, [SharedRow(0, [p2], second_ids)]),
+    ]
+    together = forward_together(jobs)
+    alike = whole_blocks_alike(first_ids, second_ids)
+    assert second.segments[p2].blocks[:alike] == first.segments[p1].blocks[:alike]
+    assert engine.num_free_blocks == 64 - engine.blocks.num_blocks_for(len(first_ids)) - (
+        engine.blocks.num_blocks_for(len(second_ids)) - alike
+    )
+    reference = Reference(tiny_llama)
+    for ids, cache, seg in [(first_ids, first, p1), (second_ids, second, p2)]:
+        want = reference.plain(ids)
+        assert cache.length(seg) == len(ids)
+        got = cache.logits(
+            [SharedRow(0, [seg], [int(want.argmax())])]
+        )  # the next pass reads the shared blocks
+        torch.testing.assert_close(got[0], reference.plain([*ids, int(want.argmax())]), atol=1e-4, rtol=1e-4)
+    assert [s[0].token_id for s in together if not isinstance(s, EngineError)] == [
+        int(reference.plain(ids).argmax()) for ids in (first_ids, second_ids)
+    ]
+    first.close()
+    second.close()
+    assert engine.num_free_blocks == 64
+
+
+def test_a_pass_that_fails_offers_and_keeps_no_first_segment(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=BLOCK)
+    first_ids, second_ids = prompts(engine)
+    first, second = (SharedCache(engine, GREEDY, num_workers=1) for _ in range(2))
+    p1, p2 = first.new_segment(), second.new_segment()
+
+    def broken(*args: object) -> torch.Tensor:
+        raise RuntimeError("the forward broke")
+
+    monkeypatch.setattr(hogwild, "model_logits", broken)
+    jobs = [
+        SharedForward(first, [SharedRow(0, [p1], first_ids)]),
+        SharedForward(second, [SharedRow(0, [p2], second_ids)]),
+    ]
+    with pytest.raises(RuntimeError, match="the forward broke"):
+        forward_together(jobs)
+    assert engine.num_free_blocks == 64  # both first segments are empty again, nothing taken
+    assert engine.prompt_heads.match(second_ids) == []
+    monkeypatch.undo()
+    got = second.logits([SharedRow(0, [p2], second_ids)])
     torch.testing.assert_close(got[0], Reference(tiny_llama).plain(second_ids), atol=1e-4, rtol=1e-4)
     first.close()
     second.close()
