@@ -148,6 +148,8 @@ class SharedWorkers:
         samples = await self._session.forward(rows)
         first = self._workers[0].live.trace
         first.prompt_tokens += sum(len(r.token_ids) for r in rows)
+        if self._session.num_reused_tokens:  # its prompt began like another live session's
+            first.cached_prompt_tokens = self._session.num_reused_tokens
         if first_token_for is not None:
             row = next(i for i, r in enumerate(rows) if r.worker == first_token_for)
             self.num_forward_passes += 1

@@ -105,6 +105,9 @@ class SharedCacheSession(Protocol):
 
     eos_token_ids: frozenset[int]
     max_view_tokens: int  # the model's positions: no view may grow longer
+    # Prompt tokens written by taking another session's cache instead of a forward (0 where none is
+    # shared): the engine's sessions whose prompts begin alike share those blocks.
+    num_reused_tokens: int
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text``, no special tokens added."""

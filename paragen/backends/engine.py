@@ -263,6 +263,10 @@ class EngineSharedSession:
         )
         return text
 
+    @property
+    def num_reused_tokens(self) -> int:
+        return self.cache.num_reused_tokens
+
     def segment_length(self, segment: int) -> int:
         return self.cache.length(segment)
 

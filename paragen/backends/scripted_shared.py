@@ -65,6 +65,7 @@ class ScriptedSharedSession:
         self._ids: dict[str, int] = {EOS: 0}
         self.eos_token_ids = frozenset({0})
         self.max_view_tokens = 1 << 20
+        self.num_reused_tokens = 0  # no cache to share
         self.segments: dict[int, list[int]] = {}
         self.freed: list[int] = []
         self.forwards: list[ForwardRecord] = []

@@ -48,6 +48,7 @@ class SharedCache:
         # Worker w draws like sample w of a plain request with the same seed.
         self.seeds = [sample_seed(base, w) for w in range(num_workers)]
         self.steps = [0] * num_workers  # tokens each worker has sampled (the sampler's counter)
+        self.num_reused_tokens = 0  # prompt tokens taken from other sessions' blocks, not computed
         self.is_closed = False
 
     def new_segment(self) -> int:
@@ -156,11 +157,13 @@ class SharedCache:
                 own.base = sum(new_lengths.get(s, self.segments[s].length) for s in row.view[:-1])
         for seg, token_ids in firsts:
             self.engine.prompt_heads.keep((id(self), seg), token_ids, self.segments[seg].blocks)
-        return Prepared(run, new_lengths, firsts)
+        reused = sum(len(row.token_ids) - len(r.token_ids) for row, r in zip(rows, run, strict=True))
+        return Prepared(run, new_lengths, firsts, reused)
 
     def commit(self, prepared: Prepared) -> None:
         for seg, length in prepared.lengths.items():
             self.segments[seg].length = length
+        self.num_reused_tokens += prepared.reused
 
     def abandon(self, prepared: Prepared) -> None:
         """The pass after ``prepare`` failed: its first segments are empty again and offered no more."""
@@ -258,6 +261,7 @@ class Prepared:
     rows: list[SharedRow]
     lengths: dict[int, int]
     firsts: list[tuple[int, list[int]]]  # (segment, every token id its row brought): kept as a head
+    reused: int  # tokens the rows took from other sessions' blocks instead of feeding them
 
 
 @dataclass(frozen=True, slots=True)

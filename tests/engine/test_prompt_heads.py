@@ -49,6 +49,7 @@ def test_a_session_takes_the_blocks_a_live_session_began_with(tiny_llama: Path) 
     got = second.logits([SharedRow(0, [p2], second_ids)])
     assert second.segments[p2].blocks[:alike] == first.segments[p1].blocks[:alike]
     assert second.length(p2) == len(second_ids)
+    assert (first.num_reused_tokens, second.num_reused_tokens) == (0, alike * BLOCK)
     needed = engine.blocks.num_blocks_for(len(second_ids))
     assert free - engine.num_free_blocks == needed - alike  # only the rest was allocated and computed
     token = int(got.argmax())
@@ -95,7 +96,7 @@ def test_a_refused_first_pass_gives_the_taken_blocks_back(tiny_llama: Path) -> N
     p2 = second.new_segment()
     with pytest.raises(EngineError, match="KV cache is full"):
         second.logits([SharedRow(0, [p2], second_ids)])
-    assert second.length(p2) == 0 and not second.segments[p2].blocks
+    assert second.length(p2) == 0 and not second.segments[p2].blocks and second.num_reused_tokens == 0
     hog.close()
     got = second.logits([SharedRow(0, [p2], second_ids)])  # the segment starts over, and takes them now
     alike = whole_blocks_alike(first_ids, second_ids)
