@@ -167,16 +167,16 @@ def _class_pieces(rows: list[RowPlan], classes: list[list[int]]) -> list[list[tu
     """Per class: the segments two or more of its rows read outside the common region, longest first."""
     out = []
     for members in classes:
-        readers: dict[Key, list[int]] = {}
+        slots_of: dict[Key, list[int]] = {}
         count: dict[Key, int] = {}
         for i in members:
             last = len(rows[i].slots) - 1
             for j, (slots, shift) in enumerate(zip(rows[i].slots, rows[i].shifts, strict=True)):
                 if _is_piece(slots, shift, j == last):
                     key = (slots[0], len(slots))
-                    readers[key] = slots
+                    slots_of[key] = slots
                     count[key] = count.get(key, 0) + 1
-        shared = [(key, slots) for key, slots in readers.items() if count[key] > 1]
+        shared = [(key, slots) for key, slots in slots_of.items() if count[key] > 1]
         out.append(sorted(shared, key=lambda piece: -len(piece[1])))
     return out
 
