@@ -15,6 +15,12 @@ import torch.nn.functional as F
 
 SMALL_BATCH = 16  # decode batches up to this size compute attention in fp32 on CPU
 
+
+def in_fp32(num_tokens: int, device: torch.device) -> bool:
+    """Whether a batch of this many query tokens computes its attention in fp32 (else the model's dtype)."""
+    return num_tokens <= SMALL_BATCH and device.type == "cpu"
+
+
 Attend = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (qkv [T, heads, D], layer cache) -> [T, q*D]
 
 
@@ -82,7 +88,7 @@ def decode_attention(
     assert meta.gather is not None and meta.block_size > 0
     gather, mask, b, d, nq, nkv = meta.gather, meta.mask, len(meta.slots), head_dim, num_heads, num_kv_heads
     group, device = nq // nkv, gather.device
-    work = torch.float32 if b <= SMALL_BATCH and device.type == "cpu" else dtype
+    work = torch.float32 if in_fp32(b, device) else dtype
     q = torch.empty(nkv, b, group, d, dtype=work, device=device)
     q_src, q_rows = q.transpose(0, 1), q.view(nkv * b, group, d)  # one copy_ reorders and casts
     out = torch.empty(b, nkv, group, d, dtype=dtype, device=device)  # reused by every layer

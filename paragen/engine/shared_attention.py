@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import torch
 
-from paragen.engine.attention import SMALL_BATCH, Attend
+from paragen.engine.attention import Attend, in_fp32
 from paragen.engine.shared_plan import RowGroup, Shared
 
 
@@ -64,10 +64,7 @@ def shared_attention(
     nq, nkv, d = num_heads, num_kv_heads, head_dim
     group = nq // nkv
     device = groups[0].gather.device
-    works = [
-        torch.float32 if g.num_rows * g.num_new <= SMALL_BATCH and device.type == "cpu" else dtype
-        for g in groups
-    ]
+    works = [torch.float32 if in_fp32(g.num_rows * g.num_new, device) else dtype for g in groups]
     prepared = [
         (g, w, g.cos.to(w), g.sin.to(w), g.key_cos.to(w), g.key_sin.to(w), _Tail(g, w, nkv, group), _mask5(g))
         for g, w in zip(groups, works, strict=True)

@@ -8,12 +8,17 @@ from dataclasses import dataclass, field
 
 import torch
 
+from paragen.engine.attention import in_fp32
+
 Tables = tuple[torch.Tensor, torch.Tensor]  # the model's RoPE cos and signed-sin tables [positions, D]
 # A shifted segment shorter than this has its keys rotated (cheap: a few slots) rather than a query
 # rotation of its own (a whole score matmul row over the shifted keys): the headers between steps.
 SHORT_SEGMENT = 32
 # Classes whose common regions begin with this many slots alike or more read them as one head, gathered
-# once for the whole group (sessions whose prompts begin alike hold the same blocks: PromptHeads).
+# once for the whole group (sessions whose prompts begin alike hold the same blocks: PromptHeads), in
+# groups that attend in fp32 only: there the gather's cast is saved (a 2-worker eval's passes, 16 rows:
+# 2.5% faster), in bf16 only the gather, which the head's extra operators outweigh (4 workers, 32
+# rows: 4-5% slower; docs/hogwild.md).
 HEAD_MIN = 16
 
 
@@ -191,7 +196,8 @@ def _shared(
     tables: Tables,
 ) -> Shared:
     """The class regions of a group: slots, gather index, places and each place's piece rotations."""
-    head = _head([commons[rows[0]] for rows in classes])
+    num_tokens = len(layouts) * queries[0].shape[1]
+    head = _head([commons[rows[0]] for rows in classes]) if in_fp32(num_tokens, tables[0].device) else 0
     head_slots = torch.tensor(commons[classes[0][0]][:head], dtype=torch.long)
     commons = [common[head:] for common in commons]
     width, per_class = max(len(c) for c in commons), max(len(rows) for rows in classes)
