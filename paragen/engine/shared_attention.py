@@ -13,7 +13,7 @@ regions by how they are read:
   session read alike are their class's common region (``shared_plan.Shared``), gathered once for
   all of them; the slots every class's common region begins with (prompts that begin alike hold
   the same blocks: ``cache.PromptHeads``) are the head, gathered once for the whole group and
-  scored by every row's query in one matmul;
+  scored by every row's query in one matmul (in groups that attend in fp32: ``HEAD_MIN``);
 - long segments several rows of a class read (the workers' current steps, each read by every
   worker at a shift of its own): the class's pieces, gathered once, scored by each row's query
   rotated back by that row's shift of the piece (a W-worker session gathered each step W times);
