@@ -141,8 +141,13 @@ class SharedCache:
         writes before any row reads). A pass that fails after this is ``abandon``-ed.
         """
         self._check_open()
-        firsts = [(row.view[-1], list(row.token_ids)) for row in rows if self._starts_alone(row)]
-        run = [self._take_head(row) if self._starts_alone(row) else row for row in rows]
+        firsts: list[tuple[int, list[int]]] = []
+        run: list[SharedRow] = []
+        for row in rows:  # one at a time: a second row into a segment just taken is no first (and refused)
+            if self._starts_alone(row):
+                firsts.append((row.view[-1], list(row.token_ids)))
+                row = self._take_head(row)
+            run.append(row)
         try:
             new_lengths = self._check_rows(run)
             self._grow(new_lengths)

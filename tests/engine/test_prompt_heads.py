@@ -97,6 +97,10 @@ def test_a_refused_first_pass_gives_the_taken_blocks_back(tiny_llama: Path) -> N
     with pytest.raises(EngineError, match="KV cache is full"):
         second.logits([SharedRow(0, [p2], second_ids)])
     assert second.length(p2) == 0 and not second.segments[p2].blocks and second.num_reused_tokens == 0
+    twice = [SharedRow(0, [p2], second_ids), SharedRow(0, [p2], second_ids)]  # the first takes the blocks
+    with pytest.raises(EngineError, match="two rows write"):
+        second.logits(twice)
+    assert second.length(p2) == 0 and not second.segments[p2].blocks
     hog.close()
     got = second.logits([SharedRow(0, [p2], second_ids)])  # the segment starts over, and takes them now
     alike = whole_blocks_alike(first_ids, second_ids)
