@@ -45,6 +45,11 @@ def _mask5(g: RowGroup) -> torch.Tensor:
     return g.mask.view(1, g.num_rows, g.num_new, 1, -1)  # [1, B, T, 1, L] against [kv_heads, B, T, group, L]
 
 
+def _turns(g: RowGroup, work: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The class places' query rotations for their shared pieces, in the work dtype."""
+    return None if g.shared is None else (g.shared.cos.to(work), g.shared.sin.to(work))
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     swapped = x.view(*x.shape[:-1], 2, -1).flip(-2).view(x.shape)
     return (x * cos).addcmul_(swapped, sin)
@@ -66,18 +71,23 @@ def shared_attention(
     device = groups[0].gather.device
     works = [torch.float32 if in_fp32(g.num_rows * g.num_new, device) else dtype for g in groups]
     prepared = [
-        (g, w, g.cos.to(w), g.sin.to(w), g.key_cos.to(w), g.key_sin.to(w), _Tail(g, w, nkv, group), _mask5(g))
+        (
+            g,
+            w,
+            g.cos.to(w),
+            g.sin.to(w),
+            g.key_cos.to(w),
+            g.key_sin.to(w),
+            _Tail(g, w, nkv, group),
+            _mask5(g),
+            _turns(g, w),
+        )
         for g, w in zip(groups, works, strict=True)
     ]
-    turns = {  # each class place's query rotations for its pieces, in the work dtype
-        id(g): (g.shared.cos.to(w), g.shared.sin.to(w))
-        for g, w in zip(groups, works, strict=True)
-        if g.shared
-    }
 
     def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         out = torch.empty(num_tokens, nq * d, dtype=dtype, device=device)
-        for g, work, cos, sin, key_cos, key_sin, tail, mask in prepared:
+        for g, work, cos, sin, key_cos, key_sin, tail, mask, turns in prepared:
             b, t = g.num_rows, g.num_new
             raw = qkv[g.start : g.start + b * t, :nq].to(work).view(b, t, nq, d)
             q_heads = _rotate(raw, cos, sin).view(b, t, nkv, group, d).permute(2, 0, 1, 3, 4)
@@ -93,8 +103,8 @@ def shared_attention(
             values = flat[-nkv * b * (g.tail_from + tail.width) :].view(nkv * b, -1, d)
             scores = scores.view(nkv, b, t, group, -1)
             shared = None
-            if g.shared is not None:
-                shared = _Shared(g.shared, kv, work, q_heads, raw, turns[id(g)])
+            if g.shared is not None and turns is not None:
+                shared = _Shared(g.shared, kv, work, q_heads, raw, turns)
                 scores = torch.cat((shared.scores(), scores), dim=-1)
             if scale != 1.0:
                 scores.mul_(scale)

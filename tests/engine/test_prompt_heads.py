@@ -30,22 +30,40 @@ def prompts(engine: LLMEngine) -> tuple[list[int], list[int]]:
     return ids(INSTRUCTIONS + "What is 17 times 23?"), ids(INSTRUCTIONS + "And what is 19 plus 44?")
 
 
+def engine_and_prompts(model_dir: Path) -> tuple[LLMEngine, list[int], list[int]]:
+    engine = LLMEngine(str(model_dir), dtype="float32", num_blocks=64, block_size=BLOCK)
+    return (engine, *prompts(engine))
+
+
+def session(engine: LLMEngine) -> tuple[SharedCache, int]:
+    """A one-worker session and its first segment, still empty."""
+    cache = SharedCache(engine, GREEDY, num_workers=1)
+    return cache, cache.new_segment()
+
+
+def prefilled(engine: LLMEngine, ids: list[int]) -> tuple[SharedCache, int]:
+    cache, seg = session(engine)
+    cache.logits([SharedRow(0, [seg], ids)])
+    return cache, seg
+
+
+def first_passes(*starts: tuple[SharedCache, int, list[int]]) -> list[SharedForward]:
+    """Each session's first segment written in one pass together."""
+    return [SharedForward(cache, [SharedRow(0, [seg], ids)]) for cache, seg, ids in starts]
+
+
 def whole_blocks_alike(a: list[int], b: list[int]) -> int:
     same = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
     return same // BLOCK
 
 
 def test_a_session_takes_the_blocks_a_live_session_began_with(tiny_llama: Path) -> None:
-    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=BLOCK)
-    first_ids, second_ids = prompts(engine)
+    engine, first_ids, second_ids = engine_and_prompts(tiny_llama)
     alike = whole_blocks_alike(first_ids, second_ids)
     assert alike >= 3
-    first = SharedCache(engine, GREEDY, num_workers=1)
-    p1 = first.new_segment()
-    first.logits([SharedRow(0, [p1], first_ids)])
+    first, p1 = prefilled(engine, first_ids)
     free = engine.num_free_blocks
-    second = SharedCache(engine, GREEDY, num_workers=1)
-    p2 = second.new_segment()
+    second, p2 = session(engine)
     got = second.logits([SharedRow(0, [p2], second_ids)])
     assert second.segments[p2].blocks[:alike] == first.segments[p1].blocks[:alike]
     assert second.length(p2) == len(second_ids)
@@ -57,8 +75,7 @@ def test_a_session_takes_the_blocks_a_live_session_began_with(tiny_llama: Path) 
     first.close()
     second.close()
     assert engine.num_free_blocks == 64
-    alone = SharedCache(engine, GREEDY, num_workers=1)
-    p3 = alone.new_segment()
+    alone, p3 = session(engine)
     torch.testing.assert_close(got, alone.logits([SharedRow(0, [p3], second_ids)]), atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(step, alone.logits([SharedRow(0, [p3], [token])]), atol=1e-4, rtol=1e-4)
     alone.close()
@@ -67,14 +84,10 @@ def test_a_session_takes_the_blocks_a_live_session_began_with(tiny_llama: Path) 
 
 
 def test_the_blocks_are_offered_only_while_their_session_holds_them(tiny_llama: Path) -> None:
-    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=BLOCK)
-    first_ids, second_ids = prompts(engine)
-    first = SharedCache(engine, GREEDY, num_workers=1)
-    p1 = first.new_segment()
-    first.logits([SharedRow(0, [p1], first_ids)])
+    engine, first_ids, second_ids = engine_and_prompts(tiny_llama)
+    first, p1 = prefilled(engine, first_ids)
     first.free_segment(p1)  # its entry goes with it
-    second = SharedCache(engine, GREEDY, num_workers=1)
-    p2 = second.new_segment()
+    second, p2 = session(engine)
     second.logits([SharedRow(0, [p2], second_ids)])
     assert engine.num_free_blocks == 64 - engine.blocks.num_blocks_for(len(second_ids))
     assert not any(engine.blocks.is_shared(b) for b in second.segments[p2].blocks)
@@ -84,16 +97,10 @@ def test_the_blocks_are_offered_only_while_their_session_holds_them(tiny_llama: 
 
 
 def test_a_refused_first_pass_gives_the_taken_blocks_back(tiny_llama: Path) -> None:
-    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=BLOCK)
-    first_ids, second_ids = prompts(engine)
-    first = SharedCache(engine, GREEDY, num_workers=1)
-    p1 = first.new_segment()
-    first.logits([SharedRow(0, [p1], first_ids)])
-    hog = SharedCache(engine, GREEDY, num_workers=1)
-    h = hog.new_segment()
-    hog.logits([SharedRow(0, [h], [1] * (engine.num_free_blocks * BLOCK - 2))])  # the cache all but full
-    second = SharedCache(engine, GREEDY, num_workers=1)
-    p2 = second.new_segment()
+    engine, first_ids, second_ids = engine_and_prompts(tiny_llama)
+    first, p1 = prefilled(engine, first_ids)
+    hog, _ = prefilled(engine, [1] * (engine.num_free_blocks * BLOCK - 2))  # the cache all but full
+    second, p2 = session(engine)
     with pytest.raises(EngineError, match="KV cache is full"):
         second.logits([SharedRow(0, [p2], second_ids)])
     assert second.length(p2) == 0 and not second.segments[p2].blocks and second.num_reused_tokens == 0
@@ -114,14 +121,9 @@ def test_a_refused_first_pass_gives_the_taken_blocks_back(tiny_llama: Path) -> N
 
 def test_sessions_starting_in_one_pass_share_what_the_first_writes(tiny_llama: Path) -> None:
     """An eval starts its sessions together: the second reads the blocks the first writes in that pass."""
-    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=BLOCK)
-    first_ids, second_ids = prompts(engine)
-    first, second = (SharedCache(engine, GREEDY, num_workers=1) for _ in range(2))
-    p1, p2 = first.new_segment(), second.new_segment()
-    jobs = [
-        SharedForward(first, [SharedRow(0, [p1], first_ids)]),
-        SharedForward(second, [SharedRow(0, [p2], second_ids)]),
-    ]
+    engine, first_ids, second_ids = engine_and_prompts(tiny_llama)
+    (first, p1), (second, p2) = session(engine), session(engine)
+    jobs = first_passes((first, p1, first_ids), (second, p2, second_ids))
     together = forward_together(jobs)
     alike = whole_blocks_alike(first_ids, second_ids)
     assert second.segments[p2].blocks[:alike] == first.segments[p1].blocks[:alike]
@@ -129,16 +131,14 @@ def test_sessions_starting_in_one_pass_share_what_the_first_writes(tiny_llama: P
         engine.blocks.num_blocks_for(len(second_ids)) - alike
     )
     reference = Reference(tiny_llama)
-    for ids, cache, seg in [(first_ids, first, p1), (second_ids, second, p2)]:
-        want = reference.plain(ids)
-        assert cache.length(seg) == len(ids)
-        got = cache.logits(
-            [SharedRow(0, [seg], [int(want.argmax())])]
-        )  # the next pass reads the shared blocks
-        torch.testing.assert_close(got[0], reference.plain([*ids, int(want.argmax())]), atol=1e-4, rtol=1e-4)
-    assert [s[0].token_id for s in together if not isinstance(s, EngineError)] == [
-        int(reference.plain(ids).argmax()) for ids in (first_ids, second_ids)
-    ]
+    for ids, cache, seg, samples in zip(
+        (first_ids, second_ids), (first, second), (p1, p2), together, strict=True
+    ):
+        assert not isinstance(samples, EngineError) and cache.length(seg) == len(ids)
+        token = int(reference.plain(ids).argmax())
+        assert samples[0].token_id == token
+        got = cache.logits([SharedRow(0, [seg], [token])])  # the next pass reads the shared blocks
+        torch.testing.assert_close(got[0], reference.plain([*ids, token]), atol=1e-4, rtol=1e-4)
     first.close()
     second.close()
     assert engine.num_free_blocks == 64
@@ -147,19 +147,14 @@ def test_sessions_starting_in_one_pass_share_what_the_first_writes(tiny_llama: P
 def test_a_pass_that_fails_offers_and_keeps_no_first_segment(
     tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=BLOCK)
-    first_ids, second_ids = prompts(engine)
-    first, second = (SharedCache(engine, GREEDY, num_workers=1) for _ in range(2))
-    p1, p2 = first.new_segment(), second.new_segment()
+    engine, first_ids, second_ids = engine_and_prompts(tiny_llama)
+    (first, p1), (second, p2) = session(engine), session(engine)
 
     def broken(*args: object) -> torch.Tensor:
         raise RuntimeError("the forward broke")
 
     monkeypatch.setattr(hogwild, "model_logits", broken)
-    jobs = [
-        SharedForward(first, [SharedRow(0, [p1], first_ids)]),
-        SharedForward(second, [SharedRow(0, [p2], second_ids)]),
-    ]
+    jobs = first_passes((first, p1, first_ids), (second, p2, second_ids))
     with pytest.raises(RuntimeError, match="the forward broke"):
         forward_together(jobs)
     assert engine.num_free_blocks == 64  # both first segments are empty again, nothing taken
