@@ -280,7 +280,7 @@ class EngineSharedSession:
 
         # Batched with the other sessions' passes waiting on the step thread: one forward for all.
         job = SharedForward(self.cache, list(rows), tuple(suppress_token_ids), greedy)
-        return await self.runtime.call_batched(forward_together, job)
+        return await self.runtime.call_batched(forward_together, job, caller=self)
 
     async def free_segment(self, segment: int) -> None:
         await self.runtime.call(partial(self.cache.free_segment, segment))

@@ -45,7 +45,7 @@ CLEANUP_WAIT_S = 60.0  # a cleanup call may queue behind a shared session's long
 STRAGGLER_WAIT_S = 0.005
 STRAGGLER_SHARE = 0.1
 STRAGGLER_MAX_S = 0.05
-RECENT_BATCHES = 4  # a batch waits for as many callers as the largest of the last few had
+RECENT_BATCHES = 4  # a batch waits for every caller of the last few (or as many as the largest had)
 
 
 @dataclass(slots=True)
@@ -83,6 +83,7 @@ class _Call:
     # Set for call_batched: the items of all waiting calls with the same batch_fn go in one call.
     batch_fn: Callable[[list[Any]], list[Any]] | None = None
     item: Any = None
+    caller: int | None = None  # who sent it (id of the caller's object), when it said
 
 
 @dataclass(slots=True)
@@ -97,7 +98,8 @@ class AsyncEngine:
         self.engine = engine
         # False runs each call_batched alone (the A/B switch of benchmarks/hogwild_sessions.py).
         self.merge_batched_calls = merge_batched_calls
-        self._recent_sizes: collections.deque[int] = collections.deque(maxlen=RECENT_BATCHES)
+        # The callers of the last few batches (None: one that did not say who it is).
+        self._recent: collections.deque[list[int | None]] = collections.deque(maxlen=RECENT_BATCHES)
         self._last_batch_s = 0.0
         self._cond = threading.Condition()
         self._inbox = _Inbox()
@@ -145,13 +147,18 @@ class AsyncEngine:
         result: T = await self._submit_call(_Call(fn, anyio.Event(), anyio.lowlevel.current_token()))
         return result
 
-    async def call_batched(self, batch_fn: Callable[[list[X]], list[T | EngineError]], item: X) -> T:
+    async def call_batched(
+        self, batch_fn: Callable[[list[X]], list[T | EngineError]], item: X, *, caller: object = None
+    ) -> T:
         """``batch_fn([item, ...])[i]`` on the step thread, ``item`` batched with the others waiting.
 
         ``batch_fn`` returns one outcome per item, in order: a result, or an EngineError that
-        only that item's caller gets. Cancellation behaves as for ``call``.
+        only that item's caller gets. Cancellation behaves as for ``call``. ``caller`` (an object
+        that sends one call at a time, such as a session): a batch waits briefly for every caller
+        of the last few batches, so one a pass late (at a step boundary) does not run behind.
         """
-        job = _Call(_unbatched, anyio.Event(), anyio.lowlevel.current_token(), batch_fn=batch_fn, item=item)
+        token = anyio.lowlevel.current_token()
+        job = _Call(_unbatched, anyio.Event(), token, batch_fn=batch_fn, item=item, caller=_key(caller))
         result: T = await self._submit_call(job)
         return result
 
@@ -221,34 +228,49 @@ class AsyncEngine:
         self._finish_calls(inbox.calls)
 
     def _await_stragglers(self, inbox: _Inbox) -> None:
-        """Wait briefly until as many batched calls wait as recent batches had.
+        """Wait briefly until as many batched calls wait as recent batches had callers.
 
-        Only batched calls join ``inbox``. Other calls that arrive meanwhile run at once (a session's
-        step boundary: fold, free, new segment), so that session still makes this batch; adds and
-        aborts stay for the next turn of the loop. Running them first is safe: a session has one call
-        in flight, and a cleanup that overtakes a cancelled caller's queued forward only makes that
-        forward fail (its session is closed) before it writes anything.
+        Only batched calls join ``inbox``. Its other calls, and those that arrive meanwhile, run at
+        once (a session's step boundary: fold, free, new segment, a round trip each), each starting
+        the wait over, so that session still makes this batch; adds and aborts stay for the next
+        turn of the loop. Running them first is safe: a session has one call in flight, and a
+        cleanup that overtakes a cancelled caller's queued forward only makes that forward fail (its
+        session is closed) before it writes anything.
         """
-        expected = max(self._recent_sizes, default=0)
+        expected = self._expected_callers()
         num_batched = sum(job.batch_fn is not None for job in inbox.calls)
         if not self.merge_batched_calls or not 0 < num_batched < expected:
             return
         wait = min(max(STRAGGLER_WAIT_S, STRAGGLER_SHARE * self._last_batch_s), STRAGGLER_MAX_S)
-        deadline = time.monotonic() + wait
-        while num_batched < expected and not self._is_closed:
+        started = time.monotonic()
+        deadline = started + wait
+        arrived, inbox.calls = inbox.calls, []
+        while True:
+            for job in arrived:
+                if job.batch_fn is not None:
+                    inbox.calls.append(job)
+                    continue
+                self._run_call(job)
+                # Its caller is at a step boundary, a round trip or two from its next pass: the wait
+                # starts over (within STRAGGLER_MAX_S), else each of its calls waited a whole pass.
+                deadline = max(deadline, min(time.monotonic() + wait, started + STRAGGLER_MAX_S))
+            if len(inbox.calls) >= expected or self._is_closed:
+                return
             with self._cond:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    break
+                    return
                 if not self._inbox.calls:
                     self._cond.wait(left)
                 arrived, self._inbox.calls = self._inbox.calls, []
-            for job in arrived:
-                if job.batch_fn is None:
-                    self._run_call(job)
-            late = [job for job in arrived if job.batch_fn is not None]
-            inbox.calls += late
-            num_batched += len(late)
+
+    def _expected_callers(self) -> int:
+        """How many batched calls a batch waits for: every caller of the recent batches that said who
+        it is (one that missed the last one, at a step boundary, included), and as many others as the
+        largest of them had."""
+        named = {caller for batch in self._recent for caller in batch if caller is not None}
+        anonymous = max((sum(caller is None for caller in batch) for batch in self._recent), default=0)
+        return len(named) + anonymous
 
     def _has_mail(self) -> bool:
         return bool(self._inbox.adds or self._inbox.aborts or self._inbox.calls)
@@ -270,7 +292,7 @@ class AsyncEngine:
             if job.batch_fn is not None:
                 batches.setdefault(job.batch_fn, []).append(job)
         if batches:
-            self._recent_sizes.append(max(len(jobs) for jobs in batches.values()))
+            self._recent.append([job.caller for job in max(batches.values(), key=len)])
         started = time.monotonic()
         for batch_fn, jobs in batches.items():
             groups = [jobs] if self.merge_batched_calls else [[job] for job in jobs]
@@ -370,6 +392,10 @@ def _engine_error(exc: Exception) -> EngineError:
     error = EngineError(f"engine call failed: {exc!r}")
     error.__cause__ = exc
     return error
+
+
+def _key(caller: object) -> int | None:
+    return None if caller is None else id(caller)
 
 
 def _unbatched() -> None:

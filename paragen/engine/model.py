@@ -15,7 +15,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from paragen.engine.attention import Attend, AttnMeta, decode_attention, prefill_attention, rope_
+from paragen.engine.attention import (
+    Attend,
+    AttnMeta,
+    decode_attention,
+    fused_decode_attention,
+    prefill_attention,
+    rope_,
+)
 from paragen.engine.loader import ModelConfig
 from paragen.errors import ConfigError
 
@@ -146,6 +153,10 @@ class Model:
             attend, rope_from = shared, self.num_heads
         elif meta.is_prefill:
             attend = prefill_attention(self.num_heads, self.attn_scale, meta)
+        elif meta.slot_plan is not None:
+            attend = fused_decode_attention(
+                meta, num_heads=self.num_heads, num_kv_heads=self.cfg.num_kv_heads, scale=self.attn_scale
+            )
         else:
             attend = decode_attention(
                 meta,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from paragen.engine import fused
 from paragen.engine.attention import AttnMeta
 from paragen.engine.cache import KVCache
 from paragen.engine.model import Model
@@ -42,6 +43,11 @@ class ModelRunner:
         # Rows are padded to the same number of blocks with block 0; the mask hides those slots.
         num_blocks = max(len(seq.block_table) for seq in seqs)
         tables = self.tensor([seq.block_table + [0] * (num_blocks - len(seq.block_table)) for seq in seqs])
+        ids = self.tensor([seq.last_token for seq in seqs])
+        if fused.enabled(self.device, self.cache.kv.dtype):  # on the CPU: tables are host tensors
+            lengths = torch.tensor(positions) + 1
+            slot_plan = fused.decode_plan(tables, lengths, bs)
+            return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), slot_plan=slot_plan)
         heads = torch.arange(self.num_kv_rows, device=self.device).unsqueeze(1) * self.cache.num_blocks
         gather = (heads + tables.view(1, -1)).view(-1)
         lengths = self.tensor(positions) + 1
@@ -49,7 +55,6 @@ class ModelRunner:
         is_full = min(positions) == context - 1  # every row fills its last block: nothing to hide
         mask = None if is_full else self._pad_mask(lengths, context).view(len(seqs), 1, -1)
         meta = AttnMeta(is_prefill=False, slots=self.tensor(slots), block_size=bs, gather=gather, mask=mask)
-        ids = self.tensor([seq.last_token for seq in seqs])
         return ids, lengths - 1, meta
 
     def _pad_mask(self, lengths: torch.Tensor, max_len: int) -> torch.Tensor:

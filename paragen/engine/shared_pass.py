@@ -14,11 +14,13 @@ from functools import partial
 
 import torch
 
+from paragen.engine import fused
 from paragen.engine.attention import Attend, AttnMeta
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.model_runner import ModelRunner
 from paragen.engine.sampler import SampleBatch, sample
 from paragen.engine.shared_attention import shared_attention
+from paragen.engine.shared_fused import fused_shared_attention
 from paragen.engine.shared_plan import RowPlan, build_group
 from paragen.types import SamplingParams
 
@@ -56,10 +58,20 @@ def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Atte
     Rows feeding the same number of tokens attend as one batch: a session's start (its layout's
     headers) or a pass where several workers start steps then costs one batch per length, not one
     per row (25 header rows of 7 sessions as 25 batches took 2 s of a loaded run's first seconds).
+    On a CPU the fused kernel reads every row's view as it lies instead (``shared_fused.py``).
     """
     model, cache = engine.model, engine.cache
-    build = partial(build_group, num_slots=cache.num_blocks * cache.block_size, num_kv_rows=cache.kv.shape[1])
     tables = (model.cos, model.sin)
+    if fused.enabled(model.device, model.dtype):
+        return fused_shared_attention(
+            plans,
+            tables,
+            num_heads=model.num_heads,
+            num_kv_heads=model.cfg.num_kv_heads,
+            scale=model.attn_scale,
+            dtype=model.dtype,
+        )
+    build = partial(build_group, num_slots=cache.num_blocks * cache.block_size, num_kv_rows=cache.kv.shape[1])
     groups = []
     start = 0
     for num_new, same in itertools.groupby(plans, key=lambda p: p.num_new):

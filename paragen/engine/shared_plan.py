@@ -93,6 +93,18 @@ def shift_tables(tables: Tables, shifts: torch.Tensor) -> Tables:
     return cos[size].float() / unit, sin[size].float() * sign / unit
 
 
+def turned_back(tables: Tables, positions: torch.Tensor, shifts: torch.Tensor) -> Tables:
+    """[N, D] fp32: the rotation of a query at ``positions`` turned back by ``shifts`` (elementwise)."""
+    device = tables[0].device
+    at = positions.to(device)
+    cos, sin = _minus(
+        tables[0][at].unsqueeze(1),
+        tables[1][at].unsqueeze(1),
+        shift_tables(tables, -shifts.to(device).unsqueeze(1)),
+    )
+    return cos.view(len(positions), -1), sin.view(len(positions), -1)
+
+
 Key = tuple[int, int]  # a segment as the rows of one pass see it: its first slot and its length
 
 

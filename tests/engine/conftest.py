@@ -92,12 +92,20 @@ def long_llama(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) ->
     return _tiny(tmp_path_factory.mktemp("tiny"), tokenizer_dir, "llama", max_positions=2048)
 
 
-@pytest.fixture(params=[0, 4, 10**6], ids=["all-query-side", "mixed", "all-key-side"])
-def short_segment(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    """The shared attention's two ways of reading a shifted segment, each where it alone is used and
-    both in one pass: every shifted segment by a rotated query, segments under 4 tokens (the tests'
-    headers) by rotated keys and the rest by rotated queries, every one by rotated keys."""
-    from paragen.engine import shared_plan
+@pytest.fixture(
+    params=[0, 4, 10**6, "fused"], ids=["torch-all-query-side", "torch-mixed", "torch-all-key-side", "fused"]
+)
+def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's two shared attentions: the fused kernel (a CPU with a C compiler), and the torch
+    one in its two ways of reading a shifted segment, each where it alone is used and both in one
+    pass: every shifted segment by a rotated query, segments under 4 tokens (the tests' headers) by
+    rotated keys and the rest by rotated queries, every one by rotated keys."""
+    from paragen.engine import fused, shared_plan
 
+    if request.param == "fused":
+        monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1")
+        if not fused.enabled(torch.device(DEVICE), torch.float32):
+            pytest.skip("the fused attention runs on a CPU with a C compiler only")
+        return
+    monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "0")
     monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", request.param)
-    return int(request.param)

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from paragen.engine.attention import SMALL_BATCH, decode_attention
+from paragen.engine import fused
+from paragen.engine.attention import SMALL_BATCH, decode_attention, fused_decode_attention
 from paragen.engine.cache import KVCache
 from paragen.engine.model_runner import ModelRunner
 from paragen.engine.sequence import SeqParams, Sequence
@@ -41,8 +42,14 @@ def reference(row: Sequence, q: torch.Tensor, kv: torch.Tensor, scale: float) ->
     return (probs @ values).reshape(-1)
 
 
+@pytest.mark.parametrize("kernel", ["torch", "fused"])
 @pytest.mark.parametrize("batch", [1, 5, SMALL_BATCH + 4])  # fp32 path, and the bf16 path past SMALL_BATCH
-def test_decode_attention_matches_per_row_reference(batch: int) -> None:
+def test_decode_attention_matches_per_row_reference(
+    batch: int, kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1" if kernel == "fused" else "0")
+    if kernel == "fused" and not fused.enabled(torch.device("cpu"), torch.bfloat16):
+        pytest.skip("no C compiler: the fused attention is not built")
     torch.manual_seed(batch)
     cfg: Any = SimpleNamespace(num_layers=1, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM)
     cache = KVCache(cfg, BLOCKS, BLOCK, torch.bfloat16, "cpu")
@@ -51,10 +58,14 @@ def test_decode_attention_matches_per_row_reference(batch: int) -> None:
     rows = make_rows(batch, random.Random(batch))
     _, _, meta = runner.prepare_decode(rows)
     qkv = torch.randn(batch, HEADS + 2 * KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
-    attend = decode_attention(
-        meta, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, scale=0.3, dtype=torch.bfloat16
-    )
+    if kernel == "fused":
+        assert meta.slot_plan is not None and meta.gather is None
+        attend = fused_decode_attention(meta, num_heads=HEADS, num_kv_heads=KV_HEADS, scale=0.3)
+    else:
+        assert meta.mask is not None and meta.slot_plan is None  # different lengths: padding is masked
+        attend = decode_attention(
+            meta, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, scale=0.3, dtype=torch.bfloat16
+        )
     got = attend(qkv, cache.kv[0]).float()
     want = torch.stack([reference(row, qkv[i, :HEADS], cache.kv[0], 0.3) for i, row in enumerate(rows)])
-    assert meta.mask is not None  # rows of different lengths: padding really is masked
     torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2)

@@ -115,12 +115,12 @@ def check_views(model_dir: Path, atol: float) -> None:
     assert engine.num_free_blocks == 96
 
 
-@pytest.mark.usefixtures("short_segment")
+@pytest.mark.usefixtures("attention_path")
 def test_views_match_hf_tiny_llama(tiny_llama: Path) -> None:  # llama3 RoPE scaling
     check_views(tiny_llama, atol=1e-4)
 
 
-@pytest.mark.usefixtures("short_segment")
+@pytest.mark.usefixtures("attention_path")
 def test_views_match_hf_tiny_qwen2(tiny_qwen2: Path) -> None:  # biases, an unfolded softmax scale
     check_views(tiny_qwen2, atol=1e-4)
 

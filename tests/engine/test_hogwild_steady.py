@@ -142,14 +142,14 @@ def run_session(model_dir: Path, workers: int, layout: str, dtype: str) -> float
     return worst
 
 
-@pytest.mark.usefixtures("short_segment")
+@pytest.mark.usefixtures("attention_path")
 @pytest.mark.parametrize("layout", ["combined", "interleaved"])
 @pytest.mark.parametrize("workers", [2, 3])
 def test_steady_state_matches_hf_fp32(long_llama: Path, workers: int, layout: str) -> None:
     assert run_session(long_llama, workers, layout, "float32") < FP32_ATOL
 
 
-@pytest.mark.usefixtures("short_segment")
+@pytest.mark.usefixtures("attention_path")
 @pytest.mark.parametrize("layout", ["combined", "interleaved"])
 def test_steady_state_matches_hf_bf16(long_llama: Path, layout: str) -> None:
     # bf16 weights, activations and cache against an fp32 forward over the same (bf16) K/V

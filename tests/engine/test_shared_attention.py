@@ -21,8 +21,9 @@ import pytest
 import torch
 from conftest import DEVICE
 
-from paragen.engine import shared_attention, shared_plan
+from paragen.engine import fused, shared_attention, shared_plan
 from paragen.engine.attention import SMALL_BATCH
+from paragen.engine.shared_fused import fused_shared_attention
 from paragen.engine.shared_plan import RowPlan, build_group
 
 HEADS, KV_HEADS, D, SLOTS, POSITIONS = 6, 2, 16, 4096, 2048
@@ -153,4 +154,31 @@ def check_groups(
         for i, row in enumerate(rows):
             q = qkv[i * num_new : (i + 1) * num_new, :HEADS]
             want = reference(row, q, kv).float()
+            torch.testing.assert_close(got[i], want, atol=atol, rtol=1e-4, msg=f"row {i} of {rows}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("num_new", [1, 3])
+def test_fused_matches_per_row_attention(
+    num_new: int, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fused kernel reads the same random views (every row in one call, any mix of shifts)."""
+    monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1")
+    if DEVICE != "cpu" or not fused.enabled(torch.device("cpu"), dtype):
+        pytest.skip("the fused attention runs on a CPU with a C compiler only")
+    rng = random.Random(num_new * 31 + (dtype == torch.bfloat16))
+    torch.manual_seed(num_new)
+    kv = torch.randn(2 * KV_HEADS, SLOTS, D).to(dtype)
+    for _ in range(20):
+        free = list(range(SLOTS))
+        rng.shuffle(free)
+        rows = random_rows(rng, num_new, free, rng.randint(1, 9), (1, 3))
+        qkv = torch.randn(len(rows) * num_new, HEADS + 2 * KV_HEADS, D).to(dtype)
+        attend = fused_shared_attention(
+            rows, tables(), num_heads=HEADS, num_kv_heads=KV_HEADS, scale=SCALE, dtype=dtype
+        )
+        got = attend(qkv, kv).float().view(len(rows), num_new, -1)
+        for i, row in enumerate(rows):
+            want = reference(row, qkv[i * num_new : (i + 1) * num_new, :HEADS], kv).float()
+            atol = 2e-5 if dtype == torch.float32 else 2e-2  # bf16: the output rounded to bf16
             torch.testing.assert_close(got[i], want, atol=atol, rtol=1e-4, msg=f"row {i} of {rows}")

@@ -1,0 +1,228 @@
+"""A fused attention over lists of cache slots, for the engine on a CPU (``paged_attention.c``).
+
+The torch attentions gather every row's keys and values out of the paged cache, cast them, and
+score them in batched matmuls padded to the longest row: a dozen operators and as many copies of
+the context per layer. The kernel reads each key and value where it lies, once per (token, KV head),
+in fp32 whatever the cache's dtype, with no padding: one call per layer. Each key is scored by a
+query of its own choosing (``key_query``), which is how a Hogwild! view's segments, stored at their
+own positions, are read at shifts of their own (one rotated query per shift: ``shared_fused.py``).
+
+The source is compiled on first use, on the machine that runs it (``-march=native``), into
+``cache_dir()/kernels`` (or a fresh private temporary folder when that is not ours to write) and
+loaded with ctypes. Without a C compiler, or with ``PARAGEN_FUSED_ATTENTION=0``, the engine keeps
+its torch attentions (also the only ones on CUDA).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from paragen.engine.loader import cache_dir
+
+log = logging.getLogger("paragen.engine")
+
+SOURCE = Path(__file__).with_name("paged_attention.c")
+_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
+_LIBS = ("-lmvec", "-lm")  # the vectorised expf that -ffast-math -fopenmp calls lives in libmvec
+_DTYPES = (torch.float32, torch.bfloat16)
+_Ptr = ctypes.c_void_p
+_Int = ctypes.c_int
+_ARGTYPES: list[Any] = [
+    _Ptr,
+    _Int,
+    ctypes.c_long,
+    _Int,
+    _Int,
+    _Int,
+    ctypes.c_float,
+    *[_Ptr] * 6,
+    _Int,
+    _Int,
+    _Int,
+    _Ptr,
+]
+
+
+def enabled(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the engine's attention on this device and dtype goes through the kernel."""
+    if device.type != "cpu" or dtype not in _DTYPES or os.environ.get("PARAGEN_FUSED_ATTENTION") == "0":
+        return False
+    return _kernel() is not None
+
+
+@dataclass(frozen=True, slots=True)
+class SlotPlan:
+    """What each query token of a forward reads (int32, on the CPU), the same for every layer."""
+
+    key_slots: torch.Tensor  # [K]: every token's keys, token after token
+    key_query: torch.Tensor  # [K]: which of its token's queries scores each key
+    key_start: torch.Tensor  # [T]: where token t's keys begin in key_slots
+    key_count: torch.Tensor  # [T]: how many keys token t reads
+    query_base: torch.Tensor  # [T]: token t's first query in the layer's queries
+    max_count: int
+
+
+@dataclass(slots=True)
+class RowKeys:
+    """One row's keys in view order, and per token of the row what it reads of them."""
+
+    slots: list[int]
+    which: list[int]  # per key: which of the token's queries scores it (its query_base + which)
+    counts: list[int]  # per token: how many of the row's keys, from the first, it reads
+    bases: list[int]  # per token: its first query in the layer's queries
+
+
+def plan(rows: list[RowKeys]) -> SlotPlan:
+    """The forward's plan, rows in its token order."""
+    slots: list[int] = []
+    which: list[int] = []
+    starts: list[int] = []
+    counts: list[int] = []
+    bases: list[int] = []
+    for row in rows:
+        starts += [len(slots)] * len(row.counts)
+        slots += row.slots
+        which += row.which
+        counts += row.counts
+        bases += row.bases
+    return SlotPlan(
+        key_slots=_ints(slots),
+        key_query=_ints(which),
+        key_start=_ints(starts),
+        key_count=_ints(counts),
+        query_base=_ints(bases),
+        max_count=max(counts, default=0),
+    )
+
+
+def decode_plan(tables: torch.Tensor, lengths: torch.Tensor, block_size: int) -> SlotPlan:
+    """A plain decode's plan: row r reads its first ``lengths[r]`` slots through its block table
+    (``tables`` [B, blocks], padded with any block), with its one query."""
+    every = (tables.unsqueeze(2) * block_size + torch.arange(block_size)).view(len(tables), -1)
+    slots = every[torch.arange(every.shape[1]) < lengths.unsqueeze(1)]  # row after row
+    counts = lengths.to(torch.int32)
+    return SlotPlan(
+        key_slots=slots.to(torch.int32),
+        key_query=torch.zeros(len(slots), dtype=torch.int32),
+        key_start=(torch.cumsum(counts, 0) - counts).to(torch.int32),
+        key_count=counts,
+        query_base=torch.arange(len(tables), dtype=torch.int32),
+        max_count=int(counts.max()),
+    )
+
+
+def _ints(values: list[int]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def attend(
+    kv: torch.Tensor, queries: torch.Tensor, slot_plan: SlotPlan, *, num_kv_heads: int, scale: float
+) -> torch.Tensor:
+    """[T, heads * D] fp32: each token's attention over its keys of this layer's cache ``kv``.
+
+    ``queries`` [Q, heads, D] fp32, contiguous; ``kv`` [2 * kv_heads, slots, D], contiguous.
+    """
+    kernel = _kernel()
+    assert kernel is not None and kv.is_contiguous() and queries.is_contiguous()
+    num_tokens, (num_heads, head_dim) = len(slot_plan.key_count), queries.shape[1:]
+    out = torch.empty(num_tokens, num_heads * head_dim, dtype=torch.float32)
+    status = kernel(
+        kv.data_ptr(),
+        int(kv.dtype == torch.bfloat16),
+        kv.shape[1],
+        num_kv_heads,
+        num_heads // num_kv_heads,
+        head_dim,
+        scale,
+        queries.data_ptr(),
+        slot_plan.key_slots.data_ptr(),
+        slot_plan.key_query.data_ptr(),
+        slot_plan.key_start.data_ptr(),
+        slot_plan.key_count.data_ptr(),
+        slot_plan.query_base.data_ptr(),
+        num_tokens,
+        slot_plan.max_count,
+        torch.get_num_threads(),
+        out.data_ptr(),
+    )
+    if status != 0:
+        raise MemoryError("the fused attention could not allocate its scratch")
+    return out
+
+
+@functools.cache
+def _kernel() -> Callable[..., int] | None:
+    """The compiled kernel, built once per process; None (logged once) where it cannot be built."""
+    compiler = shutil.which(os.environ.get("CC") or "gcc") or shutil.which("cc")
+    if compiler is None:
+        log.warning("no C compiler found: the engine keeps its torch attention (slower on a CPU)")
+        return None
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join((*_FLAGS, *_LIBS, platform.machine(), _cpu_flags())).encode())
+    name = f"paged_attention-{key.hexdigest()[:16]}.so"
+    try:
+        path = _built(compiler, _own_folder(cache_dir() / "kernels"), name)
+        if path is None:
+            path = _built(compiler, Path(tempfile.mkdtemp(prefix="paragen-kernels-")), name)
+        if path is None:
+            return None
+        function: Any = ctypes.CDLL(str(path)).paged_attention
+    except OSError as exc:
+        log.warning("the fused attention could not be loaded (%s): the engine keeps its torch attention", exc)
+        return None
+    function.argtypes = _ARGTYPES
+    function.restype = ctypes.c_int
+    return function
+
+
+def _own_folder(folder: Path) -> Path | None:
+    """``folder``, created if need be, when this user owns it and nobody else may write it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = folder.stat()
+    except OSError:
+        return None
+    return folder if info.st_uid == os.getuid() and not info.st_mode & 0o022 else None
+
+
+def _built(compiler: str, folder: Path | None, name: str) -> Path | None:
+    """The library in ``folder``, compiled there first unless it is already (written whole, renamed)."""
+    if folder is None:
+        return None
+    path = folder / name
+    if path.exists():
+        return path
+    partial = folder / f".{name}.{os.getpid()}.tmp"
+    command = [compiler, *_FLAGS, str(SOURCE), "-o", str(partial), *_LIBS]
+    try:
+        subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+        os.replace(partial, path)
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", "") or exc
+        log.warning("the fused attention did not compile (%s): the engine keeps its torch attention", detail)
+        partial.unlink(missing_ok=True)
+        return None
+    return path
+
+
+def _cpu_flags() -> str:
+    """What -march=native depends on: a library built on one CPU is not loaded on another."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    return next((line for line in info.splitlines() if line.startswith("flags")), "")
