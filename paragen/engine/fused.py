@@ -186,7 +186,8 @@ def _kernel() -> Callable[..., int] | None:
         return None
     function.argtypes = _ARGTYPES
     function.restype = ctypes.c_int
-    return function
+    kernel: Callable[..., int] = function
+    return kernel
 
 
 def _own_folder(folder: Path) -> Path | None:
