@@ -118,8 +118,7 @@ def fused_decode_attention(meta: AttnMeta, *, num_heads: int, num_kv_heads: int,
     slot_plan = meta.slot_plan
     assert slot_plan is not None
 
-    def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-        queries = qkv[:, :num_heads].float().contiguous()  # rotated at the rows' positions already
-        return fused.attend(kv, queries, slot_plan, num_kv_heads=num_kv_heads, scale=scale).to(qkv.dtype)
+    def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:  # queries rotated at their positions
+        return fused.attend(kv, qkv, slot_plan, num_heads=num_heads, num_kv_heads=num_kv_heads, scale=scale)
 
     return attend

@@ -38,22 +38,31 @@ log = logging.getLogger("paragen.engine")
 SOURCE = Path(__file__).with_name("paged_attention.c")
 _FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
 _LIBS = ("-lmvec", "-lm")  # the vectorised expf that -ffast-math -fopenmp calls lives in libmvec
-_DTYPES = (torch.float32, torch.bfloat16)
-_Ptr = ctypes.c_void_p
-_Int = ctypes.c_int
+_DTYPES = (torch.float32, torch.bfloat16)  # of the cache and of the activations
+_P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
+# kv, kv_bf16, num_slots, num_kv_heads, group, head_dim, scale, qkv, qkv_bf16, qkv_row, rot_cos, rot_sin,
+# key_slots, key_query, key_start, key_count, query_base, query_count, num_tokens, max_count,
+# max_queries, num_threads, out, out_bf16 (see paged_attention.c)
 _ARGTYPES: list[Any] = [
-    _Ptr,
-    _Int,
-    ctypes.c_long,
-    _Int,
-    _Int,
-    _Int,
+    _P,
+    _I,
+    _L,
+    _I,
+    _I,
+    _I,
     ctypes.c_float,
-    *[_Ptr] * 6,
-    _Int,
-    _Int,
-    _Int,
-    _Ptr,
+    _P,
+    _I,
+    _L,
+    _P,
+    _P,
+    *[_P] * 6,
+    _I,
+    _I,
+    _I,
+    _I,
+    _P,
+    _I,
 ]
 
 
@@ -72,8 +81,10 @@ class SlotPlan:
     key_query: torch.Tensor  # [K]: which of its token's queries scores each key
     key_start: torch.Tensor  # [T]: where token t's keys begin in key_slots
     key_count: torch.Tensor  # [T]: how many keys token t reads
-    query_base: torch.Tensor  # [T]: token t's first query in the layer's queries
+    query_base: torch.Tensor  # [T]: token t's first rotation (a row of the rotation tables)
+    query_count: torch.Tensor  # [T]: how many rotations of its query token t has
     max_count: int
+    max_queries: int
 
 
 @dataclass(slots=True)
@@ -81,9 +92,10 @@ class RowKeys:
     """One row's keys in view order, and per token of the row what it reads of them."""
 
     slots: list[int]
-    which: list[int]  # per key: which of the token's queries scores it (its query_base + which)
+    which: list[int]  # per key: which of the token's rotations scores it
     counts: list[int]  # per token: how many of the row's keys, from the first, it reads
-    bases: list[int]  # per token: its first query in the layer's queries
+    bases: list[int]  # per token: its first rotation
+    num_queries: int  # rotations per token
 
 
 def plan(rows: list[RowKeys]) -> SlotPlan:
@@ -93,25 +105,29 @@ def plan(rows: list[RowKeys]) -> SlotPlan:
     starts: list[int] = []
     counts: list[int] = []
     bases: list[int] = []
+    num_queries: list[int] = []
     for row in rows:
         starts += [len(slots)] * len(row.counts)
         slots += row.slots
         which += row.which
         counts += row.counts
         bases += row.bases
+        num_queries += [row.num_queries] * len(row.counts)
     return SlotPlan(
         key_slots=_ints(slots),
         key_query=_ints(which),
         key_start=_ints(starts),
         key_count=_ints(counts),
         query_base=_ints(bases),
+        query_count=_ints(num_queries),
         max_count=max(counts, default=0),
+        max_queries=max(num_queries, default=0),
     )
 
 
 def decode_plan(tables: torch.Tensor, lengths: torch.Tensor, block_size: int) -> SlotPlan:
     """A plain decode's plan: row r reads its first ``lengths[r]`` slots through its block table
-    (``tables`` [B, blocks], padded with any block), with its one query."""
+    (``tables`` [B, blocks], padded with any block), with its one query (rotated already)."""
     every = (tables.unsqueeze(2) * block_size + torch.arange(block_size)).view(len(tables), -1)
     slots = every[torch.arange(every.shape[1]) < lengths.unsqueeze(1)]  # row after row
     counts = lengths.to(torch.int32)
@@ -120,8 +136,10 @@ def decode_plan(tables: torch.Tensor, lengths: torch.Tensor, block_size: int) ->
         key_query=torch.zeros(len(slots), dtype=torch.int32),
         key_start=(torch.cumsum(counts, 0) - counts).to(torch.int32),
         key_count=counts,
-        query_base=torch.arange(len(tables), dtype=torch.int32),
+        query_base=torch.zeros(len(tables), dtype=torch.int32),
+        query_count=torch.ones(len(tables), dtype=torch.int32),
         max_count=int(counts.max()),
+        max_queries=1,
     )
 
 
@@ -130,34 +148,51 @@ def _ints(values: list[int]) -> torch.Tensor:
 
 
 def attend(
-    kv: torch.Tensor, queries: torch.Tensor, slot_plan: SlotPlan, *, num_kv_heads: int, scale: float
+    kv: torch.Tensor,
+    qkv: torch.Tensor,
+    slot_plan: SlotPlan,
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    scale: float,
+    rotations: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """[T, heads * D] fp32: each token's attention over its keys of this layer's cache ``kv``.
+    """[T, heads * D] in ``qkv``'s dtype: each token's attention over its keys in this layer's cache.
 
-    ``queries`` [Q, heads, D] fp32, contiguous; ``kv`` [2 * kv_heads, slots, D], contiguous.
+    ``qkv`` [T, heads + 2 * kv_heads, D] (token t's raw query: its first ``heads`` rows); ``kv``
+    [2 * kv_heads, slots, D]; ``rotations``: cos and signed-sin rows [N, D] fp32 that turn the
+    queries (token t's r-th: row ``query_base[t] + r``), or None when they come rotated.
     """
     kernel = _kernel()
-    assert kernel is not None and kv.is_contiguous() and queries.is_contiguous()
-    num_tokens, (num_heads, head_dim) = len(slot_plan.key_count), queries.shape[1:]
-    out = torch.empty(num_tokens, num_heads * head_dim, dtype=torch.float32)
+    assert kernel is not None and kv.is_contiguous() and qkv.is_contiguous()
+    num_tokens, head_dim = len(slot_plan.key_count), qkv.shape[-1]
+    out = torch.empty(num_tokens, num_heads * head_dim, dtype=qkv.dtype)
+    cos, sin = (None, None) if rotations is None else (rotations[0].data_ptr(), rotations[1].data_ptr())
     status = kernel(
         kv.data_ptr(),
-        int(kv.dtype == torch.bfloat16),
+        kv.dtype == torch.bfloat16,
         kv.shape[1],
         num_kv_heads,
         num_heads // num_kv_heads,
         head_dim,
         scale,
-        queries.data_ptr(),
+        qkv.data_ptr(),
+        qkv.dtype == torch.bfloat16,
+        qkv.shape[1] * head_dim,
+        cos,
+        sin,
         slot_plan.key_slots.data_ptr(),
         slot_plan.key_query.data_ptr(),
         slot_plan.key_start.data_ptr(),
         slot_plan.key_count.data_ptr(),
         slot_plan.query_base.data_ptr(),
+        slot_plan.query_count.data_ptr(),
         num_tokens,
         slot_plan.max_count,
+        slot_plan.max_queries,
         torch.get_num_threads(),
         out.data_ptr(),
+        out.dtype == torch.bfloat16,
     )
     if status != 0:
         raise MemoryError("the fused attention could not allocate its scratch")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from paragen.engine import fused
-from paragen.engine.attention import Attend, rope_
+from paragen.engine.attention import Attend
 from paragen.engine.shared_plan import RowPlan, Tables, turned_back
 
 
@@ -24,14 +24,11 @@ def fused_shared_attention(
     num_heads: int,
     num_kv_heads: int,
     scale: float,
-    dtype: torch.dtype,
 ) -> Attend:
     """The attention of a forward whose rows come in ``plans`` order (their tokens in that order)."""
     rows: list[fused.RowKeys] = []
-    positions: list[int] = []  # per query: its token's view position
-    shifts: list[int] = []  # per query: the shift it is turned back by
-    tokens: list[int] = []  # per query: its token in the forward
-    first_token = 0
+    positions: list[int] = []  # per rotation: its token's view position
+    shifts: list[int] = []  # per rotation: the shift it turns the query back by
     for row in plans:
         distinct = sorted(set(row.shifts))
         index = {shift: i for i, shift in enumerate(distinct)}
@@ -42,22 +39,24 @@ def fused_shared_attention(
             which += [index[shift]] * len(segment)
         t = row.num_new
         counts = [len(slots) - (t - 1 - k) for k in range(t)]
-        bases = [len(tokens) + k * len(distinct) for k in range(t)]
+        bases = [len(positions) + k * len(distinct) for k in range(t)]
         for k in range(t):
             positions += [row.query_from + k] * len(distinct)
             shifts += distinct
-            tokens += [first_token + k] * len(distinct)
-        first_token += t
-        rows.append(fused.RowKeys(slots, which, counts, bases))
+        rows.append(fused.RowKeys(slots, which, counts, bases, len(distinct)))
     slot_plan = fused.plan(rows)
-    cos, sin = turned_back(tables, torch.tensor(positions), torch.tensor(shifts))  # [Q, D]
-    cos, sin = cos.unsqueeze(1).cpu(), sin.unsqueeze(1).cpu()
-    queries_of = torch.tensor(tokens)
+    cos, sin = turned_back(tables, torch.tensor(positions), torch.tensor(shifts))  # [N, D]
+    rotations = (cos.cpu().contiguous(), sin.cpu().contiguous())
 
     def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-        queries = qkv[:, :num_heads].index_select(0, queries_of).float()  # [Q, heads, D], a copy
-        rope_(queries, cos, sin)
-        out = fused.attend(kv, queries, slot_plan, num_kv_heads=num_kv_heads, scale=scale)
-        return out.to(dtype)
+        return fused.attend(
+            kv,
+            qkv,
+            slot_plan,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            scale=scale,
+            rotations=rotations,
+        )
 
     return attend

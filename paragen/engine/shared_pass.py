@@ -69,7 +69,6 @@ def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Atte
             num_heads=model.num_heads,
             num_kv_heads=model.cfg.num_kv_heads,
             scale=model.attn_scale,
-            dtype=model.dtype,
         )
     build = partial(build_group, num_slots=cache.num_blocks * cache.block_size, num_kv_rows=cache.kv.shape[1])
     groups = []

@@ -42,22 +42,24 @@ def reference(row: Sequence, q: torch.Tensor, kv: torch.Tensor, scale: float) ->
     return (probs @ values).reshape(-1)
 
 
-@pytest.mark.parametrize("kernel", ["torch", "fused"])
+@pytest.mark.parametrize(("kernel", "head_dim"), [("torch", HEAD_DIM), ("fused", HEAD_DIM), ("fused", 64)])
 @pytest.mark.parametrize("batch", [1, 5, SMALL_BATCH + 4])  # fp32 path, and the bf16 path past SMALL_BATCH
 def test_decode_attention_matches_per_row_reference(
-    batch: int, kernel: str, monkeypatch: pytest.MonkeyPatch
+    batch: int, kernel: str, head_dim: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The torch decode (fp32 and bf16 matmuls) and the fused kernel (its plain and, at head_dim 64
+    on a CPU with AVX-512, its vector path)."""
     monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1" if kernel == "fused" else "0")
     if kernel == "fused" and not fused.enabled(torch.device("cpu"), torch.bfloat16):
         pytest.skip("no C compiler: the fused attention is not built")
     torch.manual_seed(batch)
-    cfg: Any = SimpleNamespace(num_layers=1, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM)
+    cfg: Any = SimpleNamespace(num_layers=1, num_kv_heads=KV_HEADS, head_dim=head_dim)
     cache = KVCache(cfg, BLOCKS, BLOCK, torch.bfloat16, "cpu")
     cache.kv.normal_()
     runner = ModelRunner(SimpleNamespace(device=torch.device("cpu")), cache)  # type: ignore[arg-type]
     rows = make_rows(batch, random.Random(batch))
     _, _, meta = runner.prepare_decode(rows)
-    qkv = torch.randn(batch, HEADS + 2 * KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
+    qkv = torch.randn(batch, HEADS + 2 * KV_HEADS, head_dim, dtype=torch.bfloat16)
     if kernel == "fused":
         assert meta.slot_plan is not None and meta.gather is None
         attend = fused_decode_attention(meta, num_heads=HEADS, num_kv_heads=KV_HEADS, scale=0.3)
