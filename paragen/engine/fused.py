@@ -209,15 +209,19 @@ def _kernel() -> Callable[..., int] | None:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + " ".join((*_FLAGS, *_LIBS, platform.machine(), _cpu_flags())).encode())
     name = f"paged_attention-{key.hexdigest()[:16]}.so"
+    folder = _own_folder(cache_dir() / "kernels")
+    private = folder is None  # a fresh folder of this process's own, removed once loaded
+    where = Path(tempfile.mkdtemp(prefix="paragen-kernels-")) if folder is None else folder
+    function: Any = None
     try:
-        path = _built(compiler, _own_folder(cache_dir() / "kernels"), name)
-        if path is None:
-            path = _built(compiler, Path(tempfile.mkdtemp(prefix="paragen-kernels-")), name)
-        if path is None:
-            return None
-        function: Any = ctypes.CDLL(str(path)).paged_attention
+        path = _built(compiler, where, name)
+        function = None if path is None else ctypes.CDLL(str(path)).paged_attention
     except OSError as exc:
         log.warning("the fused attention could not be loaded (%s): the engine keeps its torch attention", exc)
+    finally:
+        if private:  # the loaded library stays mapped
+            shutil.rmtree(where, ignore_errors=True)
+    if function is None:
         return None
     function.argtypes = _ARGTYPES
     function.restype = ctypes.c_int
@@ -235,10 +239,8 @@ def _own_folder(folder: Path) -> Path | None:
     return folder if info.st_uid == os.getuid() and not info.st_mode & 0o022 else None
 
 
-def _built(compiler: str, folder: Path | None, name: str) -> Path | None:
+def _built(compiler: str, folder: Path, name: str) -> Path | None:
     """The library in ``folder``, compiled there first unless it is already (written whole, renamed)."""
-    if folder is None:
-        return None
     path = folder / name
     if path.exists():
         return path

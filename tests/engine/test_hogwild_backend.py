@@ -202,3 +202,36 @@ async def test_batched_calls_give_each_caller_its_own_outcome(backend: EngineBac
         ("broken", 5): "engine call failed: ValueError('the whole batch failed')",
     }
     assert sorted(i for batch in batches for i in batch) == [-1, 1, 3]
+
+
+async def test_a_session_at_a_step_boundary_still_makes_the_pass(
+    backend: EngineBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session that folds a step (three calls: append, free, new segment) before every other pass
+    joins the others' pass: the engine runs its calls while the batch waits (each was a pass late)."""
+    batch_sizes: list[int] = []
+    real_forward = hogwild.forward_together
+
+    def counted(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | EngineError]:
+        batch_sizes.append(len(jobs))
+        return real_forward(jobs)
+
+    monkeypatch.setattr(hogwild, "forward_together", counted)
+
+    async def run(prompt: str, fold: bool) -> None:
+        async with backend.shared_session(GREEDY, num_workers=1) as session:
+            history, step = await session.new_segment(), await session.new_segment()
+            (sample,) = await session.forward([SharedRow(0, [step], session.tokenize(prompt))])
+            for n in range(12):
+                if fold and n % 2:
+                    await session.append_from(history, step)
+                    await session.free_segment(step)
+                    step = await session.new_segment()
+                (sample,) = await session.forward([SharedRow(0, [history, step], [sample.token_id])])
+
+    async with anyio.create_task_group() as tg:
+        for i, prompt in enumerate(["Once upon a time", "The capital of France is", "def main():"]):
+            tg.start_soon(run, prompt, i == 0)
+    # 39 forwards; in lockstep 13 passes (before the fix: 21, the folding session a pass late at each fold)
+    assert sum(batch_sizes) == 39 and len(batch_sizes) <= 15, batch_sizes
+    assert backend.engine.num_free_blocks == 64
