@@ -10,6 +10,8 @@ is gathered, padded or cast; a session's shared keys are still read once per row
 
 from __future__ import annotations
 
+from array import array
+
 import torch
 
 from paragen.engine import fused
@@ -32,11 +34,10 @@ def fused_shared_attention(
     for row in plans:
         distinct = sorted(set(row.shifts))
         index = {shift: i for i, shift in enumerate(distinct)}
-        slots: list[int] = []
-        which: list[int] = []
+        slots, which = array("i"), array("i")
         for segment, shift in zip(row.slots, row.shifts, strict=True):
-            slots += segment
-            which += [index[shift]] * len(segment)
+            slots.extend(segment)
+            which += array("i", (index[shift],)) * len(segment)
         t = row.num_new
         counts = [len(slots) - (t - 1 - k) for k in range(t)]
         bases = [len(positions) + k * len(distinct) for k in range(t)]
