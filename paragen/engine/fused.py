@@ -217,23 +217,27 @@ def _kernel() -> Callable[..., int] | None:
     key = hashlib.sha256(source + " ".join((*_FLAGS, *_LIBS, platform.machine(), _cpu_flags())).encode())
     name = f"paged_attention-{key.hexdigest()[:16]}.so"
     folder = _own_folder(cache_dir() / "kernels")
-    private = folder is None  # a fresh folder of this process's own, removed once loaded
-    where = Path(tempfile.mkdtemp(prefix="paragen-kernels-")) if folder is None else folder
-    function: Any = None
     try:
-        path = _built(compiler, where, name)
-        function = None if path is None else ctypes.CDLL(str(path)).paged_attention
+        if folder is not None:
+            function = _load(compiler, folder, name)
+        else:  # a fresh folder of this process's own, removed once loaded (the library stays mapped)
+            with tempfile.TemporaryDirectory(prefix="paragen-kernels-") as private:
+                function = _load(compiler, Path(private), name)
     except OSError as exc:
         log.warning("the fused attention could not be loaded (%s): the engine keeps its torch attention", exc)
-    finally:
-        if private:  # the loaded library stays mapped
-            shutil.rmtree(where, ignore_errors=True)
+        return None
     if function is None:
         return None
     function.argtypes = _ARGTYPES
     function.restype = ctypes.c_int
     kernel: Callable[..., int] = function
     return kernel
+
+
+def _load(compiler: str, folder: Path, name: str) -> Any:
+    """The kernel's function from the library in ``folder`` (built there if need be), or None."""
+    path = _built(compiler, folder, name)
+    return None if path is None else ctypes.CDLL(str(path)).paged_attention
 
 
 def _own_folder(folder: Path) -> Path | None:

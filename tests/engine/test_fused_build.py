@@ -69,3 +69,16 @@ def test_off_by_switch_and_off_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PARAGEN_FUSED_ATTENTION")
     assert not fused.enabled(torch.device("cuda"), torch.bfloat16)
     assert not fused.enabled(CPU, torch.float16)  # the kernel reads fp32 and bf16 caches only
+
+
+def test_nowhere_to_build_it_keeps_the_torch_attention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user without a home (``nobody``) and without a writable temporary folder."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("PARAGEN_CACHE_DIR", str(blocked))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    with caplog.at_level(logging.WARNING, logger="paragen.engine"):
+        assert not fused.enabled(CPU, torch.bfloat16)
+    assert "could not be loaded" in caplog.text
