@@ -62,17 +62,19 @@ def prefill_attention(num_heads: int, scale: float, meta: AttnMeta | None = None
         allowed = torch.arange(len(context), device=context.device).unsqueeze(0) <= queries.unsqueeze(1)
 
     def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-        # [T, H, D] -> [H, T, D]; GQA through enable_gqa keeps K/V unexpanded.
-        heads = qkv.transpose(0, 1)
-        nkv = (heads.shape[0] - num_heads) // 2
-        q, k, v = heads[:num_heads], heads[num_heads : num_heads + nkv], heads[num_heads + nkv :]
+        # [T, H, D] -> [1, H, T, D]; GQA through enable_gqa keeps K/V unexpanded. The batch axis
+        # matters: on a CPU, 3-D inputs take SDPA's math path (the [H, T, T] scores materialised),
+        # 4-D ones its flash kernel, 6x faster over a 2k-token prompt in bf16.
+        heads = qkv.transpose(0, 1).unsqueeze(0)
+        nkv = (heads.shape[1] - num_heads) // 2
+        q, k, v = heads[:, :num_heads], heads[:, num_heads : num_heads + nkv], heads[:, num_heads + nkv :]
         if context is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
         else:  # this step's K/V are in the cache already: read the whole sequence from there
-            cached = kv.index_select(1, context)
-            k, v = cached[:nkv], cached[nkv:]
+            cached = kv.index_select(1, context).unsqueeze(0)
+            k, v = cached[:, :nkv], cached[:, nkv:]
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True, scale=scale)
-        return out.transpose(0, 1).reshape(qkv.shape[0], -1)
+        return out[0].transpose(0, 1).reshape(qkv.shape[0], -1)
 
     return attend
 
