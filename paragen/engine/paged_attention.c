@@ -87,10 +87,11 @@ static void rotate_queries(const Layer *L, const Unit *u, float *queries, int pe
     }
 }
 
-/* Softmax of each query's ``count`` scores, in place. */
+/* Softmax of each query's ``count`` (>= 1) scores, in place. The running maximum starts at the first
+ * score, not at -INFINITY: -ffast-math lets the compiler assume no infinities. */
 static void softmax_rows(float *scores, int group, int32_t count) {
     for (int g = 0; g < group; g++) {
-        float *s = scores + (size_t)g * count, top = -INFINITY, total = 0.0f;
+        float *s = scores + (size_t)g * count, top = s[0], total = 0.0f;
         for (int32_t i = 0; i < count; i++) top = s[i] > top ? s[i] : top;
         for (int32_t i = 0; i < count; i++) {
             s[i] = expf(s[i] - top);
