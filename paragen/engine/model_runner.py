@@ -44,13 +44,12 @@ class ModelRunner:
         num_blocks = max(len(seq.block_table) for seq in seqs)
         tables = self.tensor([seq.block_table + [0] * (num_blocks - len(seq.block_table)) for seq in seqs])
         ids = self.tensor([seq.last_token for seq in seqs])
+        lengths = self.tensor(positions) + 1
         if fused.enabled(self.device, self.cache.kv.dtype):  # on the CPU: tables are host tensors
-            lengths = torch.tensor(positions) + 1
             slot_plan = fused.decode_plan(tables, lengths, bs)
             return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), slot_plan=slot_plan)
         heads = torch.arange(self.num_kv_rows, device=self.device).unsqueeze(1) * self.cache.num_blocks
         gather = (heads + tables.view(1, -1)).view(-1)
-        lengths = self.tensor(positions) + 1
         context = num_blocks * bs
         is_full = min(positions) == context - 1  # every row fills its last block: nothing to hide
         mask = None if is_full else self._pad_mask(lengths, context).view(len(seqs), 1, -1)

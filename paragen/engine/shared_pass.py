@@ -62,7 +62,7 @@ def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Atte
     """
     model, cache = engine.model, engine.cache
     tables = (model.cos, model.sin)
-    if fused.enabled(model.device, model.dtype):
+    if fused.enabled(model.device, cache.kv.dtype):  # the same test as the plain decode's
         return fused_shared_attention(
             plans,
             tables,

@@ -33,6 +33,20 @@ async def backend(tiny_llama: Path) -> AsyncIterator[EngineBackend]:
     await b.aclose()
 
 
+@pytest.fixture
+def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many sessions' jobs each shared forward pass held, in order."""
+    sizes: list[int] = []
+    real_forward = hogwild.forward_together
+
+    def counted(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | EngineError]:
+        sizes.append(len(jobs))
+        return real_forward(jobs)
+
+    monkeypatch.setattr(hogwild, "forward_together", counted)
+    return sizes
+
+
 async def test_capability_and_protocol(backend: EngineBackend) -> None:
     assert backend.capabilities.shared_cache
     assert isinstance(backend, SharedCacheBackend)
@@ -145,16 +159,8 @@ async def _two_workers(backend: EngineBackend, prompt: str, num_tokens: int) -> 
 
 
 async def test_concurrent_sessions_share_forward_passes(
-    backend: EngineBackend, monkeypatch: pytest.MonkeyPatch
+    backend: EngineBackend, batch_sizes: list[int]
 ) -> None:
-    batch_sizes: list[int] = []
-    real_forward = hogwild.forward_together
-
-    def counted(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | EngineError]:
-        batch_sizes.append(len(jobs))
-        return real_forward(jobs)
-
-    monkeypatch.setattr(hogwild, "forward_together", counted)
     prompts = ["Once upon a time", "The capital of France is", "def main():"]
     alone = [await _two_workers(backend, prompt, 10) for prompt in prompts]
     assert batch_sizes == [1] * 30
@@ -205,18 +211,10 @@ async def test_batched_calls_give_each_caller_its_own_outcome(backend: EngineBac
 
 
 async def test_a_session_at_a_step_boundary_still_makes_the_pass(
-    backend: EngineBackend, monkeypatch: pytest.MonkeyPatch
+    backend: EngineBackend, batch_sizes: list[int]
 ) -> None:
     """A session that folds a step (three calls: append, free, new segment) before every other pass
     joins the others' pass: the engine runs its calls while the batch waits (each was a pass late)."""
-    batch_sizes: list[int] = []
-    real_forward = hogwild.forward_together
-
-    def counted(jobs: Sequence[SharedForward]) -> list[list[SharedSample] | EngineError]:
-        batch_sizes.append(len(jobs))
-        return real_forward(jobs)
-
-    monkeypatch.setattr(hogwild, "forward_together", counted)
 
     async def run(prompt: str, fold: bool) -> None:
         async with backend.shared_session(GREEDY, num_workers=1) as session:
