@@ -2,10 +2,11 @@
 
 The torch attentions gather every row's keys and values out of the paged cache, cast them, and
 score them in batched matmuls padded to the longest row: a dozen operators and as many copies of
-the context per layer. The kernel reads each key and value where it lies, once per (token, KV head),
-in fp32 whatever the cache's dtype, with no padding: one call per layer. Each key is scored by a
-query of its own choosing (``key_query``), which is how a Hogwild! view's segments, stored at their
-own positions, are read at shifts of their own (one rotated query per shift: ``shared_fused.py``).
+the context per layer. The kernel reads each key and value where it lies, with no padding, sums in
+fp32: one call per layer. Each key is scored by a query of its own choosing (``key_query``), which
+is how a Hogwild! view's segments, stored at their own positions, are read at shifts of their own
+(one rotated query per shift: ``shared_fused.py``). Tokens that read one list of keys form a class
+(``KeyClass``: a Hogwild! session's workers), whose keys the kernel loads once for all of them.
 
 The source is compiled on first use, on the machine that runs it (``-march=native``), into
 ``cache_dir()/kernels`` (or a fresh private temporary folder when that is not ours to write) and
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import itertools
 import logging
 import os
 import platform
@@ -42,8 +44,9 @@ _LIBS = ("-lmvec", "-lm")  # the vectorised expf that -ffast-math -fopenmp calls
 _DTYPES = (torch.float32, torch.bfloat16)  # of the cache and of the activations
 _P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
 # kv, kv_bf16, num_slots, num_kv_heads, group, head_dim, scale, qkv, qkv_bf16, qkv_row, rot_cos, rot_sin,
-# key_slots, key_query, key_start, key_count, query_base, query_count, num_tokens, max_count,
-# max_queries, num_threads, out, out_bf16 (see paged_attention.c)
+# key_slots, key_query, key_start, key_count, choice_start, query_base, query_count, class_tokens,
+# class_start, num_classes, max_count, max_queries, max_class, num_threads, out, out_bf16 (see
+# paged_attention.c)
 _ARGTYPES: list[Any] = [
     _P,
     _I,
@@ -57,14 +60,13 @@ _ARGTYPES: list[Any] = [
     _L,
     _P,
     _P,
-    *[_P] * 6,
-    _I,
-    _I,
-    _I,
-    _I,
+    *[_P] * 9,
+    *[_I] * 5,
     _P,
     _I,
 ]
+# Tokens of one list attended together at most (a class's scratch and a thread's share of the work).
+MAX_CLASS = 8
 
 
 def enabled(device: torch.device, dtype: torch.dtype) -> bool:
@@ -78,50 +80,73 @@ def enabled(device: torch.device, dtype: torch.dtype) -> bool:
 class SlotPlan:
     """What each query token of a forward reads (int32, on the CPU), the same for every layer."""
 
-    key_slots: torch.Tensor  # [K]: every token's keys, token after token
-    key_query: torch.Tensor  # [K]: which of its token's queries scores each key
+    key_slots: torch.Tensor  # [K]: every class's keys, class after class
+    key_query: torch.Tensor | None  # every token's choice of rotation per key, token after token (None: 0)
     key_start: torch.Tensor  # [T]: where token t's keys begin in key_slots
     key_count: torch.Tensor  # [T]: how many keys token t reads
+    choice_start: torch.Tensor  # [T]: where token t's choices begin in key_query
     query_base: torch.Tensor  # [T]: token t's first rotation (a row of the rotation tables)
     query_count: torch.Tensor  # [T]: how many rotations of its query token t has
+    class_tokens: torch.Tensor  # [T]: the tokens, class after class
+    class_start: torch.Tensor  # [C + 1]: where each class's tokens begin in class_tokens
     max_count: int
     max_queries: int
+    max_class: int
 
 
 @dataclass(slots=True)
-class RowKeys:
-    """One row's keys in view order, and per token of the row what it reads of them."""
+class KeyClass:
+    """Tokens that read one list of cache slots (the first ``counts[j]`` of them), each choosing
+    which of its rotations scores each key: a row's tokens, or the one-token rows of a session's
+    workers, whose views hold the same segments in orders and at shifts of their own."""
 
-    slots: array[int]  # int32
-    which: array[int]  # int32, per key: which of the token's rotations scores it
-    counts: list[int]  # per token: how many of the row's keys, from the first, it reads
+    slots: array[int]  # int32, one order for every token of the class
+    tokens: list[int]  # each token's place in the forward
+    counts: list[int]
+    choices: list[array[int]]  # int32, per token: its rotation for each key (tokens may share one)
     bases: list[int]  # per token: its first rotation
-    num_queries: int  # rotations per token
+    num_queries: list[int]  # per token: its rotations
 
 
-def plan(rows: list[RowKeys]) -> SlotPlan:
-    """The forward's plan, rows in its token order (arrays joined in C: a 4-worker eval's pass
-    holds ~32k keys, which Python lists took 3-4 ms a pass to gather)."""
-    starts: list[int] = []
-    counts: list[int] = []
-    bases: list[int] = []
-    num_queries: list[int] = []
-    at = 0
-    for row in rows:
-        starts += [at] * len(row.counts)
-        at += len(row.slots)
-        counts += row.counts
-        bases += row.bases
-        num_queries += [row.num_queries] * len(row.counts)
+def plan(classes: list[KeyClass], num_tokens: int) -> SlotPlan:
+    """The forward's plan (arrays joined in C: a 4-worker eval's pass holds ~32k choices, which Python
+    lists took 3-4 ms a pass to gather). A class of more than MAX_CLASS tokens is attended in parts."""
+    per_token = {name: [0] * num_tokens for name in ("start", "count", "choice", "base", "queries")}
+    order: list[int] = []
+    class_start = [0]
+    choices: list[array[int]] = []
+    choice_at: dict[int, int] = {}  # id of a choices array -> where it begins in key_query
+    at = num_choices = 0
+    for key_class in classes:
+        for j, token in enumerate(key_class.tokens):
+            chosen = key_class.choices[j]
+            if id(chosen) not in choice_at:
+                choice_at[id(chosen)] = num_choices
+                num_choices += len(chosen)
+                choices.append(chosen)
+            per_token["start"][token] = at
+            per_token["count"][token] = key_class.counts[j]
+            per_token["choice"][token] = choice_at[id(chosen)]
+            per_token["base"][token] = key_class.bases[j]
+            per_token["queries"][token] = key_class.num_queries[j]
+            order.append(token)
+        for first in range(MAX_CLASS, len(key_class.tokens), MAX_CLASS):
+            class_start.append(len(order) - len(key_class.tokens) + first)
+        class_start.append(len(order))
+        at += len(key_class.slots)
     return SlotPlan(
-        key_slots=_joined(row.slots for row in rows),
-        key_query=_joined(row.which for row in rows),
-        key_start=_ints(starts),
-        key_count=_ints(counts),
-        query_base=_ints(bases),
-        query_count=_ints(num_queries),
-        max_count=max(counts, default=0),
-        max_queries=max(num_queries, default=0),
+        key_slots=_joined(c.slots for c in classes),
+        key_query=_joined(choices),
+        key_start=_ints(per_token["start"]),
+        key_count=_ints(per_token["count"]),
+        choice_start=_ints(per_token["choice"]),
+        query_base=_ints(per_token["base"]),
+        query_count=_ints(per_token["queries"]),
+        class_tokens=_ints(order),
+        class_start=_ints(class_start),
+        max_count=max(per_token["count"], default=0),
+        max_queries=max(per_token["queries"], default=0),
+        max_class=max((b - a for a, b in itertools.pairwise(class_start)), default=0),
     )
 
 
@@ -138,15 +163,20 @@ def decode_plan(tables: torch.Tensor, lengths: torch.Tensor, block_size: int) ->
     every = (tables.unsqueeze(2) * block_size + torch.arange(block_size)).view(len(tables), -1)
     slots = every[torch.arange(every.shape[1]) < lengths.unsqueeze(1)]  # row after row
     counts = lengths.to(torch.int32)
+    rows = torch.arange(len(tables), dtype=torch.int32)
     return SlotPlan(
         key_slots=slots.to(torch.int32),
-        key_query=torch.zeros(len(slots), dtype=torch.int32),
+        key_query=None,
         key_start=(torch.cumsum(counts, 0) - counts).to(torch.int32),
         key_count=counts,
+        choice_start=torch.zeros(len(tables), dtype=torch.int32),
         query_base=torch.zeros(len(tables), dtype=torch.int32),
         query_count=torch.ones(len(tables), dtype=torch.int32),
+        class_tokens=rows,
+        class_start=torch.arange(len(tables) + 1, dtype=torch.int32),
         max_count=int(counts.max()),
         max_queries=1,
+        max_class=1,
     )
 
 
@@ -189,14 +219,18 @@ def attend(
         cos,
         sin,
         slot_plan.key_slots.data_ptr(),
-        slot_plan.key_query.data_ptr(),
+        None if slot_plan.key_query is None else slot_plan.key_query.data_ptr(),
         slot_plan.key_start.data_ptr(),
         slot_plan.key_count.data_ptr(),
+        slot_plan.choice_start.data_ptr(),
         slot_plan.query_base.data_ptr(),
         slot_plan.query_count.data_ptr(),
-        num_tokens,
+        slot_plan.class_tokens.data_ptr(),
+        slot_plan.class_start.data_ptr(),
+        len(slot_plan.class_start) - 1,
         slot_plan.max_count,
         slot_plan.max_queries,
+        slot_plan.max_class,
         torch.get_num_threads(),
         out.data_ptr(),
         out.dtype == torch.bfloat16,

@@ -7,17 +7,30 @@
  * A layer's cache is [2 * num_kv_heads, num_slots, head_dim] (K heads, then V heads). Token t has
  * query_count[t] rotations of its raw query (row t of qkv: its heads first), rotation r turning it by
  * the cos/sin row query_base[t] + r (or none: rot_cos NULL, the queries come rotated). Token t reads
- * the keys at key_slots[key_start[t] .. key_start[t] + key_count[t]), key i scored by the token's
- * rotation key_query[i]: a Hogwild! view's segments are read at shifts of their own, one rotation
- * per shift; a plain decode has one. Scores, softmax and the value sum are fp32 whatever the dtypes.
- * The (token, kv head) pairs are shared out over OpenMP threads (torch's own runtime: both load
- * libgomp.so.1).
+ * the keys at key_slots[key_start[t] .. key_start[t] + key_count[t]), its i-th key scored by the
+ * token's rotation key_query[choice_start[t] + i] (key_query NULL: rotation 0 for every key): a
+ * Hogwild! view's segments are read at shifts of their own, one rotation per shift; a plain decode
+ * has one. Scores, softmax and the value sum accumulate in fp32.
  *
- * With AVX-512 and a bf16 cache whose head_dim is a multiple of 32, keys and values are widened to
- * fp32 in a permuted order (a 64-byte load holds 32 bf16: its even elements are the low halves of
- * 16 32-bit lanes, the odd ones the high halves, two instructions to widen both); the token's
- * queries are stored permuted the same way, so the dot products need no shuffles, and the value sum
- * is put back in order once at the end.
+ * Tokens come in classes (class_tokens[class_start[c] .. class_start[c + 1])): the tokens of a class
+ * read one list of keys (the same key_start; each the first key_count[t] of them, with choices of
+ * its own). A Hogwild! session's workers read the same slots in different orders at different
+ * shifts, so one list in one order serves them all, and where the CPU has AVX512-BF16 each key is
+ * loaded from memory once for the whole class: a view is ~1,000 slots of which a worker's own are a
+ * few dozen, and read once per worker they came from memory once per worker. The (class, KV
+ * head) pairs are shared out over OpenMP threads (torch's own runtime: both load libgomp.so.1),
+ * classes cut into parts when there are too few pairs to keep every thread busy.
+ *
+ * Paths, by what the CPU and the cache are:
+ * - AVX512-BF16 and a bf16 cache, head_dim a multiple of 32: the scores as products of bf16 pairs
+ *   (vdpbf16ps, fp32 sums), as FlashAttention computes them: keys as stored, each 16 transposed so
+ *   a lane holds a key, the rotated queries rounded to bf16; the values widened to fp32 and summed
+ *   with fp32 probabilities.
+ * - AVX-512 without BF16, bf16 cache: keys and values widened to fp32 in a permuted order (a 64-byte
+ *   load holds 32 bf16: its even elements are the low halves of 16 32-bit lanes, the odd ones the
+ *   high halves, two instructions to widen both), queries stored permuted the same way so the dot
+ *   products need no shuffles; the value sum is put back in order once at the end.
+ * - Otherwise (fp32 caches, AVX2-only CPUs): plain C loops the compiler vectorises, in fp32.
  */
 #include <math.h>
 #include <stdint.h>
@@ -26,6 +39,8 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+
+#define VALUE_BLOCK 32 /* keys whose values the bf16 path widens once for a whole class */
 
 typedef struct {
     const void *kv;
@@ -36,15 +51,26 @@ typedef struct {
     long qkv_row;
     int qkv_bf16;
     const float *rot_cos, *rot_sin;
-    const int32_t *key_slots, *key_query;
+    const int32_t *key_slots, *key_query, *key_start, *key_count, *choice_start, *query_base, *query_count;
     void *out;
     int out_bf16;
 } Layer;
 
+/* One token's work at one KV head: its keys, the rotation scoring each (NULL: rotation 0), its queries. */
 typedef struct {
-    int32_t start, count, query_base, query_count;
+    const int32_t *slots, *which;
+    int32_t count, query_base, query_count;
     int token, head;
 } Unit;
+
+static inline Unit unit_of(const Layer *L, int token, int head) {
+    const Unit u = {L->key_slots + L->key_start[token],
+                    L->key_query == NULL ? NULL : L->key_query + L->choice_start[token],
+                    L->key_count[token], L->query_base[token], L->query_count[token], token, head};
+    return u;
+}
+
+static inline int32_t choice(const int32_t *which, int32_t i) { return which == NULL ? 0 : which[i]; }
 
 static inline float bf16_to_float(uint16_t x) {
     union { uint32_t u; float f; } v;
@@ -89,9 +115,9 @@ static void rotate_queries(const Layer *L, const Unit *u, float *queries, int pe
 
 /* Softmax of each query's ``count`` (>= 1) scores, in place. The running maximum starts at the first
  * score, not at -INFINITY: -ffast-math lets the compiler assume no infinities. */
-static void softmax_rows(float *scores, int group, int32_t count) {
+static void softmax_rows(float *scores, int group, int32_t count, size_t stride) {
     for (int g = 0; g < group; g++) {
-        float *s = scores + (size_t)g * count, top = s[0], total = 0.0f;
+        float *s = scores + (size_t)g * stride, top = s[0], total = 0.0f;
         for (int32_t i = 0; i < count; i++) top = s[i] > top ? s[i] : top;
         for (int32_t i = 0; i < count; i++) {
             s[i] = expf(s[i] - top);
@@ -123,21 +149,21 @@ static inline void load_row(const void *base, size_t at, int is_bf16, float *row
 static inline __attribute__((always_inline)) void attend_plain_d(const Layer *L, const Unit *u, float *scratch,
                                                                  const int d) {
     const int group = L->group;
-    const int32_t count = u->count, *slots = L->key_slots + u->start, *which = L->key_query + u->start;
+    const int32_t count = u->count, *slots = u->slots, *which = u->which;
     float *queries = scratch, *scores = queries + (size_t)u->query_count * group * d;
     float *row = scores + (size_t)group * count, *acc = row + d;
     const size_t key_row = (size_t)u->head * L->num_slots, value_row = key_row + (size_t)L->num_kv_heads * L->num_slots;
     rotate_queries(L, u, queries, 0);
     for (int32_t i = 0; i < count; i++) {
         load_row(L->kv, (key_row + slots[i]) * d, L->kv_bf16, row, d);
-        const float *q = queries + (size_t)which[i] * group * d;
+        const float *q = queries + (size_t)choice(which, i) * group * d;
         for (int g = 0; g < group; g++) {
             float dot = 0.0f;
             for (int j = 0; j < d; j++) dot += q[g * d + j] * row[j];
             scores[(size_t)g * count + i] = dot;
         }
     }
-    softmax_rows(scores, group, count);
+    softmax_rows(scores, group, count, count);
     for (int j = 0; j < group * d; j++) acc[j] = 0.0f;
     for (int32_t i = 0; i < count; i++) {
         load_row(L->kv, (value_row + slots[i]) * d, L->kv_bf16, row, d);
@@ -158,7 +184,7 @@ static void attend_plain_128(const Layer *L, const Unit *u, float *scratch) { at
 #define KEYS 8
 #define HIGH_HALVES 0xFFFF0000u
 
-/* The sums of 8 vectors' lanes, in order, to out[0..7]. */
+/* The sums of 8 vectors' lanes, in order, stored to out[0..7]. */
 static inline void sum8(const __m512 v[KEYS], float *out) {
     __m512 pairs[4], quads[2];
     for (int k = 0; k < 4; k++)
@@ -170,8 +196,7 @@ static inline void sum8(const __m512 v[KEYS], float *out) {
     /* quads[k]: per 128-bit lane, the partial sums of keys 4k..4k+3 */
     __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x88), _mm512_shuffle_f32x4(quads[0], quads[1], 0xDD));
     t = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, 0xB1));
-    _mm_storeu_ps(out, _mm512_extractf32x4_ps(t, 0));
-    _mm_storeu_ps(out + 4, _mm512_extractf32x4_ps(t, 2));
+    _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_shuffle_f32x4(t, t, 0x08)));
 }
 
 static inline void widen(const uint16_t *p, __m512 *even, __m512 *odd) {
@@ -186,7 +211,7 @@ static inline void widen(const uint16_t *p, __m512 *even, __m512 *odd) {
 static inline __attribute__((always_inline)) void attend_avx512_g(const Layer *L, const Unit *u, float *scratch,
                                                                   const int group, const int chunks) {
     const int d = 32 * chunks;
-    const int32_t count = u->count, *slots = L->key_slots + u->start, *which = L->key_query + u->start;
+    const int32_t count = u->count, *slots = u->slots, *which = u->which;
     float *queries = scratch, *scores = queries + (size_t)u->query_count * group * d;
     float *acc = scores + (size_t)group * (count + KEYS);
     const uint16_t *keys = (const uint16_t *)L->kv + (size_t)u->head * L->num_slots * d;
@@ -200,7 +225,7 @@ static inline __attribute__((always_inline)) void attend_avx512_g(const Layer *L
         for (int k = 0; k < KEYS; k++) {  /* past n: the block's first key again, its sums unused */
             const int32_t i = first + (k < n ? k : 0);
             const uint16_t *key = keys + (size_t)slots[i] * d;
-            const float *q = queries + (size_t)which[i] * group * d;
+            const float *q = queries + (size_t)choice(which, i) * group * d;
             for (int c = 0; c < chunks; c++) {
                 __m512 even, odd;
                 widen(key + 32 * c, &even, &odd);
@@ -210,13 +235,9 @@ static inline __attribute__((always_inline)) void attend_avx512_g(const Layer *L
                 }
             }
         }
-        for (int g = 0; g < group; g++) {
-            float eight[KEYS];
-            sum8(sums[g], eight);
-            memcpy(scores + (size_t)g * count + first, eight, sizeof(float) * n);
-        }
+        for (int g = 0; g < group; g++) sum8(sums[g], scores + (size_t)g * (count + KEYS) + first);  /* 8 slack */
     }
-    softmax_rows(scores, group, count);
+    softmax_rows(scores, group, count, count + KEYS);
     __m512 totals[MAX_GROUP][2 * 8];  /* per query, per chunk: even and odd lanes (head_dim <= 256) */
     for (int g = 0; g < group; g++)
         for (int c = 0; c < 2 * chunks; c++) totals[g][c] = _mm512_setzero_ps();
@@ -226,7 +247,7 @@ static inline __attribute__((always_inline)) void attend_avx512_g(const Layer *L
             __m512 even, odd;
             widen(value + 32 * c, &even, &odd);
             for (int g = 0; g < group; g++) {
-                const __m512 p = _mm512_set1_ps(scores[(size_t)g * count + i]);
+                const __m512 p = _mm512_set1_ps(scores[(size_t)g * (count + KEYS) + i]);
                 totals[g][2 * c] = _mm512_fmadd_ps(p, even, totals[g][2 * c]);
                 totals[g][2 * c + 1] = _mm512_fmadd_ps(p, odd, totals[g][2 * c + 1]);
             }
@@ -251,7 +272,190 @@ static void attend_avx512(const Layer *L, const Unit *u, float *scratch) {
 static void attend_avx512_g3_d64(const Layer *L, const Unit *u, float *scratch) { attend_avx512_g(L, u, scratch, 3, 2); }
 #endif
 
+#if defined(__AVX512BF16__)
+#define LANES 16 /* keys scored at once by the bf16 path: one per 32-bit lane */
+
+/* 16 keys' rows (bf16, 32 * chunks of them) turned into dimension-pair-major vectors: kt[16 * c + j]
+ * holds in lane i key i's dimensions 32c + 2j and 32c + 2j + 1, what vdpbf16ps multiplies by the
+ * same two dimensions of a query broadcast to every lane. A 16 x 16 transpose of 32-bit elements
+ * per chunk (within 128-bit lanes by unpacking, then across them), for the whole class at once. */
+static inline __attribute__((always_inline)) void transpose_keys(const uint16_t *const key[LANES], const int chunks,
+                                                                 __m512i *kt) {
+    for (int c = 0; c < chunks; c++) {
+        __m512i r[LANES], t[LANES], u[LANES];
+        for (int i = 0; i < LANES; i++) r[i] = _mm512_loadu_si512((const void *)(key[i] + 32 * c));
+        for (int i = 0; i < LANES / 2; i++) {
+            t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+        }
+        for (int i = 0; i < LANES / 4; i++) {  /* u[4i + e], 128-bit lane l: keys 4i..4i+3 at pair 4l + e */
+            u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+            u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+            u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+            u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+        }
+        for (int e = 0; e < 4; e++) {  /* pair 4l + e: lane l of u[e], u[4 + e], u[8 + e], u[12 + e] */
+            const __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x44), v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xEE);
+            const __m512i v2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x44), v3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xEE);
+            kt[16 * c + e] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+            kt[16 * c + 4 + e] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+            kt[16 * c + 8 + e] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+            kt[16 * c + 12 + e] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+        }
+    }
+}
+
+/* The scores of 16 transposed keys by one rotation of a token's group of queries (``q``: [group][16 *
+ * chunks] pairs of bf16), stored to scores[g * stride + lane] for the lanes in ``lanes``. Four sums
+ * per query, so the multiply-adds are not one chain. */
+static inline __attribute__((always_inline)) void score_keys(const __m512i *kt, const uint32_t *q, __mmask16 lanes,
+                                                             float *scores, size_t stride, const int group,
+                                                             const int chunks) {
+    __m512 sums[MAX_GROUP][4];
+    for (int g = 0; g < group; g++)
+        for (int a = 0; a < 4; a++) sums[g][a] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int j = 0; j < 16 * chunks; j += 4)
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            const __m512bh k = (__m512bh)kt[j + a];
+#pragma GCC unroll 8
+            for (int g = 0; g < group; g++)
+                sums[g][a] = _mm512_dpbf16_ps(sums[g][a], k, (__m512bh)_mm512_set1_epi32((int)q[g * 16 * chunks + j + a]));
+        }
+    for (int g = 0; g < group; g++) {
+        const __m512 total = _mm512_add_ps(_mm512_add_ps(sums[g][0], sums[g][1]), _mm512_add_ps(sums[g][2], sums[g][3]));
+        _mm512_mask_storeu_ps(scores + (size_t)g * stride, lanes, total);
+    }
+}
+
+/* A class's tokens at one KV head (see the file's comment), bf16 cache, head_dim a multiple of 32,
+ * group <= MAX_GROUP; inlined with constant sizes so the sums stay in registers. Each block of 16
+ * keys is transposed once and scored by every token of the class (each lane by that token's
+ * rotation for it: a block where the choice changes is scored once per choice in it), so a key is
+ * loaded from memory once and its scores need no horizontal sums; each block of VALUE_BLOCK keys'
+ * values is widened to fp32 once (the permuted order of ``widen``) and summed by every token with
+ * its fp32 probabilities, exp(score - max), normalised once at the end. The values stay fp32: with
+ * probabilities rounded to bf16 as well, greedy text drifted from the plain decode's within ~35
+ * tokens (tests/strategies/test_hogwild_engine.py), for 1 ms of a 4-worker eval pass's 45. */
+static inline __attribute__((always_inline)) void attend_class_bf16_g(const Layer *L, const int32_t *tokens,
+                                                                      int num_tokens, int head, float *scratch,
+                                                                      const int group, const int chunks) {
+    const int d = 32 * chunks;
+    Unit units[num_tokens];
+    int32_t most = 0, most_queries = 0;
+    for (int j = 0; j < num_tokens; j++) {
+        units[j] = unit_of(L, tokens[j], head);
+        most = units[j].count > most ? units[j].count : most;
+        most_queries = units[j].query_count > most_queries ? units[j].query_count : most_queries;
+    }
+    /* scratch: per token its rounded queries, scores and sums; then one token's rotated queries, and
+     * the block of transposed keys or widened values */
+    const size_t q_words = ((size_t)most_queries * group * d + 1) / 2, score_len = (size_t)most + LANES;
+    const size_t per_token = q_words + group * (score_len + d);
+    float *turned = scratch + per_token * num_tokens;
+    __m512i *block = (__m512i *)(turned + (size_t)most_queries * group * d + 16);
+    block = (__m512i *)(((uintptr_t)block + 63) & ~(uintptr_t)63);
+    for (int j = 0; j < num_tokens; j++) {
+        uint16_t *rounded = (uint16_t *)(scratch + per_token * j);
+        rotate_queries(L, &units[j], turned, 0);
+        for (size_t i = 0; i < (size_t)units[j].query_count * group * d; i++) rounded[i] = float_to_bf16(turned[i]);
+    }
+    const uint16_t *keys = (const uint16_t *)L->kv + (size_t)head * L->num_slots * d;
+    const uint16_t *values = keys + (size_t)L->num_kv_heads * L->num_slots * d;
+    const int32_t *slots = units[0].slots;
+    for (int32_t first = 0; first < most; first += LANES) {
+        const uint16_t *key[LANES];
+        for (int i = 0; i < LANES; i++) {
+            key[i] = keys + (size_t)slots[first + i < most ? first + i : first] * d;  /* past most: unused lanes */
+            if (first + LANES + i < most)  /* the next block's keys on their way from memory */
+                for (int line = 0; line < chunks; line++)
+                    _mm_prefetch((const char *)(keys + (size_t)slots[first + LANES + i] * d + 32 * line), _MM_HINT_T0);
+        }
+        transpose_keys(key, chunks, block);
+        for (int j = 0; j < num_tokens; j++) {
+            const int32_t n = units[j].count - first < LANES ? units[j].count - first : LANES, *which = units[j].which;
+            if (n <= 0) continue;
+            const uint32_t *rounded = (const uint32_t *)(scratch + per_token * j);
+            float *scores = scratch + per_token * j + q_words + first;
+            __mmask16 left = n == LANES ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+            const __m512i choices = which == NULL ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi32(left, which + first);
+            while (left) {  /* once per rotation chosen in the block: almost always one */
+                const int32_t chosen = which == NULL ? 0 : which[first + __builtin_ctz(left)];
+                const __mmask16 lanes = _mm512_mask_cmpeq_epi32_mask(left, choices, _mm512_set1_epi32(chosen));
+                score_keys(block, rounded + (size_t)chosen * group * d / 2, lanes, scores, score_len, group, chunks);
+                left &= (__mmask16)~lanes;
+            }
+        }
+    }
+    float total[num_tokens][MAX_GROUP];
+    for (int j = 0; j < num_tokens; j++) {  /* exp(score - max), normalised once at the end */
+        float *scores = scratch + per_token * j + q_words;
+        const int32_t count = units[j].count;
+        for (int g = 0; g < group; g++) {
+            float *s = scores + (size_t)g * score_len, top = s[0], sum = 0.0f;
+            for (int32_t i = 0; i < count; i++) top = s[i] > top ? s[i] : top;
+            for (int32_t i = 0; i < count; i++) {
+                s[i] = expf(s[i] - top);
+                sum += s[i];
+            }
+            total[j][g] = sum;
+        }
+        memset(scores + (size_t)group * score_len, 0, sizeof(float) * group * d);
+    }
+    __m512 *widened = (__m512 *)block;
+    for (int32_t first = 0; first < most; first += VALUE_BLOCK) {
+        const int32_t size = most - first < VALUE_BLOCK ? most - first : VALUE_BLOCK;
+        for (int m = 0; m < size; m++) {
+            const uint16_t *value = values + (size_t)slots[first + m] * d;
+            if (first + VALUE_BLOCK + m < most)  /* the next block's values on their way from memory */
+                for (int line = 0; line < chunks; line++)
+                    _mm_prefetch((const char *)(values + (size_t)slots[first + VALUE_BLOCK + m] * d + 32 * line), _MM_HINT_T0);
+            for (int c = 0; c < chunks; c++) widen(value + 32 * c, &widened[(m * chunks + c) * 2], &widened[(m * chunks + c) * 2 + 1]);
+        }
+        for (int j = 0; j < num_tokens; j++) {
+            const int32_t left = units[j].count - first < size ? units[j].count - first : size;
+            if (left <= 0) continue;
+            const float *p = scratch + per_token * j + q_words + first;
+            float *sums = scratch + per_token * j + q_words + (size_t)group * score_len;
+            __m512 totals[MAX_GROUP][2 * 8];  /* per query, per chunk: its even and odd dimensions */
+            for (int g = 0; g < group; g++)
+                for (int c = 0; c < 2 * chunks; c++) totals[g][c] = _mm512_loadu_ps(sums + g * d + 16 * c);
+            for (int m = 0; m < left; m++)
+                for (int g = 0; g < group; g++) {
+                    const __m512 weight = _mm512_set1_ps(p[(size_t)g * score_len + m]);
+                    for (int c = 0; c < 2 * chunks; c++)
+                        totals[g][c] = _mm512_fmadd_ps(weight, widened[m * 2 * chunks + c], totals[g][c]);
+                }
+            for (int g = 0; g < group; g++)
+                for (int c = 0; c < 2 * chunks; c++) _mm512_storeu_ps(sums + g * d + 16 * c, totals[g][c]);
+        }
+    }
+    for (int j = 0; j < num_tokens; j++) {  /* the even and odd dimensions back in order */
+        const float *sums = scratch + per_token * j + q_words + (size_t)group * score_len;
+        float *acc = turned;
+        for (int g = 0; g < group; g++) {
+            const float inv = 1.0f / total[j][g];
+            for (int c = 0; c < chunks; c++)
+                for (int k = 0; k < 16; k++) {
+                    acc[g * d + 32 * c + 2 * k] = sums[g * d + 32 * c + k] * inv;
+                    acc[g * d + 32 * c + 2 * k + 1] = sums[g * d + 32 * c + 16 + k] * inv;
+                }
+        }
+        store_out(L, &units[j], acc);
+    }
+}
+
+static void attend_class_bf16(const Layer *L, const int32_t *tokens, int n, int head, float *scratch) {
+    attend_class_bf16_g(L, tokens, n, head, scratch, L->group, L->head_dim / 32);
+}
+static void attend_class_bf16_g3_d64(const Layer *L, const int32_t *tokens, int n, int head, float *scratch) {
+    attend_class_bf16_g(L, tokens, n, head, scratch, 3, 2);
+}
+#endif
+
 typedef void (*Attend)(const Layer *, const Unit *, float *);
+typedef void (*AttendClass)(const Layer *, const int32_t *, int, int, float *);
 
 static Attend pick(const Layer *L) {
 #if defined(__AVX512F__)
@@ -261,22 +465,44 @@ static Attend pick(const Layer *L) {
     return L->head_dim == 64 ? attend_plain_64 : L->head_dim == 128 ? attend_plain_128 : attend_plain;
 }
 
+static AttendClass pick_class(const Layer *L) {
+#if defined(__AVX512BF16__)
+    if (L->kv_bf16 && L->head_dim % 32 == 0 && L->head_dim <= 256 && L->group <= MAX_GROUP)
+        return L->group == 3 && L->head_dim == 64 ? attend_class_bf16_g3_d64 : attend_class_bf16;
+#endif
+    (void)L;
+    return NULL;
+}
+
 /* Returns 0, or -1 when a thread's scratch could not be allocated (then ``out`` is not to be used). */
 int paged_attention(const void *kv, int kv_bf16, long num_slots, int num_kv_heads, int group, int head_dim,
                     float scale, const void *qkv, int qkv_bf16, long qkv_row, const float *rot_cos,
                     const float *rot_sin, const int32_t *key_slots, const int32_t *key_query,
-                    const int32_t *key_start, const int32_t *key_count, const int32_t *query_base,
-                    const int32_t *query_count, int num_tokens, int max_count, int max_queries,
-                    int num_threads, void *out, int out_bf16) {
-    const Layer layer = {kv,       num_slots, num_kv_heads, group,     head_dim,  kv_bf16, scale,
-                         qkv,      qkv_row,   qkv_bf16,     rot_cos,   rot_sin,   key_slots, key_query,
-                         out,      out_bf16};
+                    const int32_t *key_start, const int32_t *key_count, const int32_t *choice_start,
+                    const int32_t *query_base, const int32_t *query_count, const int32_t *class_tokens,
+                    const int32_t *class_start, int num_classes, int max_count, int max_queries,
+                    int max_class, int num_threads, void *out, int out_bf16) {
+    const Layer layer = {kv,        num_slots,  num_kv_heads, group,        head_dim,   kv_bf16,
+                         scale,     qkv,        qkv_row,      qkv_bf16,     rot_cos,    rot_sin,
+                         key_slots, key_query,  key_start,    key_count,    choice_start, query_base,
+                         query_count, out,      out_bf16};
     const Attend attend = pick(&layer);
-    const size_t scratch = (size_t)max_queries * group * head_dim + (size_t)group * (max_count + 8)
-                           + (size_t)(group + 1) * head_dim;
-    const long num_units = (long)num_tokens * num_kv_heads;
+    const AttendClass attend_class = pick_class(&layer);
+    const size_t per_token = (size_t)max_queries * group * head_dim + (size_t)group * (max_count + 8)
+                             + (size_t)(group + 1) * head_dim;
+    /* a class at once: its tokens' queries, scores and sums, one token's rotations, a block of keys or values */
+    const size_t per_class = (size_t)max_class * ((size_t)max_queries * group * head_dim + (size_t)group * (max_count + 32 + head_dim))
+                             + (size_t)max_queries * group * head_dim + 32 + (size_t)VALUE_BLOCK * head_dim;
+    const size_t scratch = attend_class != NULL && per_class > per_token ? per_class : per_token;
+    /* per (class, head), or per (token, head) where classes share nothing; classes cut into parts
+     * when there are too few pairs to keep every thread busy */
+    const int threads = num_threads > 0 ? num_threads : 1;
+    const long pairs = (long)num_classes * num_kv_heads;
+    int parts = attend_class == NULL ? 1 : pairs < 4L * threads ? (int)((4L * threads + pairs - 1) / pairs) : 1;
+    parts = parts > max_class ? max_class : parts;
+    const long num_units = attend_class == NULL ? (long)class_start[num_classes] * num_kv_heads : pairs * parts;
     int failed = 0;
-#pragma omp parallel num_threads(num_threads > 0 ? num_threads : 1)
+#pragma omp parallel num_threads(threads)
     {
         float *buffer = malloc(sizeof(float) * scratch);
         if (buffer == NULL) {
@@ -285,9 +511,17 @@ int paged_attention(const void *kv, int kv_bf16, long num_slots, int num_kv_head
         }
 #pragma omp for schedule(dynamic, 1)
         for (long i = 0; i < num_units; i++) {
-            const int t = (int)(i / num_kv_heads);
-            const Unit unit = {key_start[t], key_count[t], query_base[t], query_count[t], t, (int)(i % num_kv_heads)};
-            if (buffer != NULL) attend(&layer, &unit, buffer);
+            const int head = (int)(i % num_kv_heads);
+            if (buffer == NULL) continue;
+            if (attend_class == NULL) {
+                const Unit unit = unit_of(&layer, class_tokens[i / num_kv_heads], head);
+                attend(&layer, &unit, buffer);
+                continue;
+            }
+            const int c = (int)(i / ((long)parts * num_kv_heads)), part = (int)(i / num_kv_heads % parts);
+            const int size = class_start[c + 1] - class_start[c];
+            const int from = (int)((long)size * part / parts), to = (int)((long)size * (part + 1) / parts);
+            if (to > from) attend_class(&layer, class_tokens + class_start[c] + from, to - from, head, buffer);
         }
         free(buffer);
     }

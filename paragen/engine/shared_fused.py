@@ -1,11 +1,16 @@
 """Hogwild!'s shared attention through the fused kernel (``fused.py``), the engine's on a CPU.
 
-Each row reads its view's slots where they lie, in view order (its own segment last, so a row of T
-new tokens has token k read all but the last T - 1 - k of them). A segment stored at base ``b``
-and sitting at offset ``o`` in this view is scored by the row's query turned back by its shift
-``o - b`` (see ``shared_attention.py`` for why that equals a plain forward over the flattened
-view): one rotated query per distinct shift of the row, chosen key by key by the kernel. Nothing
-is gathered, padded or cast; a session's shared keys are still read once per row that reads them.
+Each row reads its view's slots where they lie (its own segment last, so a row of T new tokens has
+token k read all but the last T - 1 - k of them). A segment stored at base ``b`` and sitting at
+offset ``o`` in this view is scored by the row's query turned back by its shift ``o - b`` (see
+``shared_attention.py`` for why that equals a plain forward over the flattened view): one rotated
+query per distinct shift of the row, chosen key by key by the kernel. Nothing is gathered, padded
+or cast.
+
+A session's one-token rows (its workers mid-step) read the same segments, each in its own order
+and at its own shifts. Attention does not depend on the order of the keys, so they read them as one
+class: one list of slots in the first row's order, each row choosing its rotation per key
+(``fused.KeyClass``), and the kernel loads each key once for all of them.
 """
 
 from __future__ import annotations
@@ -16,36 +21,22 @@ import torch
 
 from paragen.engine import fused
 from paragen.engine.attention import Attend
-from paragen.engine.shared_plan import RowPlan, Tables, turned_back
+from paragen.engine.shared_plan import RowPlan, turned_back
+
+Segment = tuple[int, int]  # a segment of a view by its first slot and its length
 
 
 def fused_shared_attention(
     plans: list[RowPlan],
-    tables: Tables,
+    tables: tuple[torch.Tensor, torch.Tensor],
     *,
     num_heads: int,
     num_kv_heads: int,
     scale: float,
 ) -> Attend:
     """The attention of a forward whose rows come in ``plans`` order (their tokens in that order)."""
-    rows: list[fused.RowKeys] = []
-    positions: list[int] = []  # per rotation: its token's view position
-    shifts: list[int] = []  # per rotation: the shift it turns the query back by
-    for row in plans:
-        distinct = sorted(set(row.shifts))
-        index = {shift: i for i, shift in enumerate(distinct)}
-        slots, which = array("i"), array("i")
-        for segment, shift in zip(row.slots, row.shifts, strict=True):
-            slots.extend(segment)
-            which += array("i", (index[shift],)) * len(segment)
-        t = row.num_new
-        counts = [len(slots) - (t - 1 - k) for k in range(t)]
-        bases = [len(positions) + k * len(distinct) for k in range(t)]
-        for k in range(t):
-            positions += [row.query_from + k] * len(distinct)
-            shifts += distinct
-        rows.append(fused.RowKeys(slots, which, counts, bases, len(distinct)))
-    slot_plan = fused.plan(rows)
+    classes, positions, shifts = _classes(plans)
+    slot_plan = fused.plan(classes, sum(row.num_new for row in plans))
     cos, sin = turned_back(tables, torch.tensor(positions), torch.tensor(shifts))  # [N, D]
     rotations = (cos.cpu().contiguous(), sin.cpu().contiguous())
 
@@ -61,3 +52,63 @@ def fused_shared_attention(
         )
 
     return attend
+
+
+def _classes(plans: list[RowPlan]) -> tuple[list[fused.KeyClass], list[int], list[int]]:
+    """The forward's key classes, and per rotation its token's view position and its shift."""
+    classes: list[fused.KeyClass] = []
+    shared: dict[tuple[Segment, ...], tuple[fused.KeyClass, dict[Segment, list[int]]]] = {}
+    positions: list[int] = []
+    shifts: list[int] = []
+    token = 0
+    for row in plans:
+        distinct = sorted(set(row.shifts))
+        index = {shift: i for i, shift in enumerate(distinct)}
+        base = len(positions)
+        for k in range(row.num_new):
+            positions += [row.query_from + k] * len(distinct)
+            shifts += distinct
+        segments = {
+            (seg[0], len(seg)): (seg, shift) for seg, shift in zip(row.slots, row.shifts, strict=True) if seg
+        }
+        key = tuple(sorted(segments))
+        # a row of one token whose segments are told apart by (first slot, length) may join a class
+        may_share = row.num_new == 1 and len(key) == sum(1 for seg in row.slots if seg)
+        found = shared.get(key) if may_share else None
+        if found is not None and all(segments[s][0] == seg for s, seg in found[1].items()):
+            key_class, canonical = found
+            which = array("i")
+            for s in canonical:
+                which += array("i", (index[segments[s][1]],)) * s[1]
+            key_class.tokens.append(token)
+            key_class.counts.append(len(key_class.slots))
+            key_class.choices.append(which)
+            key_class.bases.append(base)
+            key_class.num_queries.append(len(distinct))
+        else:
+            key_class = _own_class(row, index, token, base, len(distinct))
+            classes.append(key_class)
+            if may_share:
+                shared.setdefault(key, (key_class, {(seg[0], len(seg)): seg for seg in row.slots if seg}))
+        token += row.num_new
+    return classes, positions, shifts
+
+
+def _own_class(
+    row: RowPlan, index: dict[int, int], token: int, base: int, num_queries: int
+) -> fused.KeyClass:
+    """A class of the row's tokens: its view's slots in view order, token k reading all but the last
+    ``num_new - 1 - k`` (the own segment's later new tokens)."""
+    slots, which = array("i"), array("i")
+    for segment, shift in zip(row.slots, row.shifts, strict=True):
+        slots.extend(segment)
+        which += array("i", (index[shift],)) * len(segment)
+    t = row.num_new
+    return fused.KeyClass(
+        slots=slots,
+        tokens=list(range(token, token + t)),
+        counts=[len(slots) - (t - 1 - k) for k in range(t)],
+        choices=[which] * t,
+        bases=[base + k * num_queries for k in range(t)],
+        num_queries=[num_queries] * t,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,15 +28,18 @@ def smol_dir() -> Path:
     return loader.resolve(None)
 
 
-def _tiny(tmp: Path, smol: Path, arch: str, *, max_positions: int = 512) -> Path:
+def _tiny(
+    tmp: Path, smol: Path, arch: str, *, max_positions: int = 512, heads: tuple[int, int, int] = (4, 2, 16)
+) -> Path:
+    """A random-init checkpoint; ``heads``: query heads, KV heads, head size."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(smol)
     common = dict(
         vocab_size=len(tokenizer),
-        hidden_size=64,
+        hidden_size=heads[0] * heads[2],
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads[0],
+        num_key_value_heads=heads[1],
         max_position_embeddings=max_positions,
         eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
@@ -60,8 +64,8 @@ def _tiny(tmp: Path, smol: Path, arch: str, *, max_positions: int = 512) -> Path
         for name, param in model.named_parameters():
             if name.endswith("bias"):
                 param.normal_(0.0, 0.5)
-            elif name.endswith("weight") and param.dim() == 2:
-                param.normal_(0.0, 0.2)
+            elif name.endswith("weight") and param.dim() == 2:  # logits of the same size at any width
+                param.normal_(0.0, 0.2 * (64 / (heads[0] * heads[2])) ** 0.5)
     out = tmp / arch
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -88,8 +92,11 @@ def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) ->
 
 @pytest.fixture(scope="session")
 def long_llama(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
-    """The tiny Llama with room for 2k-token views (the steady-state Hogwild! test)."""
-    return _tiny(tmp_path_factory.mktemp("tiny"), tokenizer_dir, "llama", max_positions=2048)
+    """A tiny Llama with room for 2k-token views and SmolLM2's attention shape (3 query heads a KV
+    head, head size 64: the fused kernel's vector paths), for the steady-state Hogwild! test."""
+    return _tiny(
+        tmp_path_factory.mktemp("tiny"), tokenizer_dir, "llama", max_positions=2048, heads=(6, 2, 64)
+    )
 
 
 @pytest.fixture(
@@ -109,3 +116,34 @@ def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
         return
     monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "0")
     monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", request.param)
+
+
+# The fused kernel's paths by what the CPU has: built for this CPU (with AVX512-BF16: the bf16
+# products; without: what it has), for an AVX-512 CPU without BF16 (bf16 widened to fp32), and for
+# an AVX2-only one (plain loops). A build this CPU cannot run, or one that is the native build again,
+# is skipped.
+KERNEL_BUILDS = {
+    "native": ("-march=native",),
+    "avx512-no-bf16": ("-march=native", "-mno-avx512bf16"),
+    "avx2": ("-march=x86-64-v3",),
+}
+
+
+@pytest.fixture(params=list(KERNEL_BUILDS))
+def kernel_build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The fused kernel built as ``request.param`` says (its own library, beside the native one's)."""
+    from paragen.engine import fused
+
+    flags = fused._cpu_flags().split()
+    wanted = {"native": None, "avx512-no-bf16": ("avx512f", "avx512_bf16"), "avx2": ("avx2", "avx512f")}
+    needs = wanted[request.param]
+    if needs is not None and not all(flag in flags for flag in needs):
+        pytest.skip(
+            f"the {request.param} build is not distinct from the native one on this CPU, or cannot run"
+        )
+    march = tuple(flag for flag in fused._FLAGS if not flag.startswith("-march"))
+    monkeypatch.setattr(fused, "_FLAGS", (*KERNEL_BUILDS[request.param], *march))
+    monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1")
+    fused._kernel.cache_clear()
+    yield request.param
+    fused._kernel.cache_clear()

@@ -156,7 +156,11 @@ def test_steady_state_matches_hf_bf16(long_llama: Path, layout: str) -> None:
     assert run_session(long_llama, 2, layout, "bfloat16") < BF16_ATOL
 
 
-FP32_ATOL = 1e-3  # logits of magnitude ~10 over 1.5k-token views (the 3-segment tests hold 1e-4)
-# bf16 weights and cache: on a CPU a batch this small attends in fp32 (0.25 holds); on CUDA attention
-# runs in bf16 too, scores and probabilities rounded over 1.5k-token views (0.31-0.53 on an H100).
-BF16_ATOL = 0.25 if DEVICE == "cpu" else 0.6
+# Logits of magnitude ~10 over 1.5k-token views, head size 64: every attention measures 1.4-1.6e-3
+# (the 3-segment tests, head size 16, hold 1e-4).
+FP32_ATOL = 3e-3
+# bf16 weights and cache: on a CPU the torch attention of a batch this small runs in fp32 (0.21 /
+# 0.26, combined / interleaved), the fused kernel with AVX512-BF16 takes products of bf16 pairs
+# (0.28 / 0.27; widened to fp32 without BF16: 0.22 / 0.27); on CUDA attention runs in bf16, scores
+# and probabilities rounded over 1.5k-token views (0.31-0.53 on an H100, head size 16).
+BF16_ATOL = 0.35 if DEVICE == "cpu" else 0.6

@@ -21,7 +21,7 @@ import pytest
 import torch
 from conftest import DEVICE
 
-from paragen.engine import fused, shared_attention, shared_plan
+from paragen.engine import fused, shared_attention, shared_fused, shared_plan
 from paragen.engine.attention import SMALL_BATCH
 from paragen.engine.shared_fused import fused_shared_attention
 from paragen.engine.shared_plan import RowPlan, build_group
@@ -163,10 +163,9 @@ def check_groups(
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("num_new", [1, 3])
 def test_fused_matches_per_row_attention(
-    num_new: int, dtype: torch.dtype, heads: int, head_dim: int, monkeypatch: pytest.MonkeyPatch
+    num_new: int, dtype: torch.dtype, heads: int, head_dim: int, kernel_build: str
 ) -> None:
     """The fused kernel reads the same random views (every row in one call, any mix of shifts)."""
-    monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1")
     if DEVICE != "cpu" or not fused.enabled(torch.device("cpu"), dtype):
         pytest.skip("the fused attention runs on a CPU with a C compiler only")
     rng = random.Random(num_new * 31 + (dtype == torch.bfloat16) + head_dim)
@@ -185,3 +184,57 @@ def test_fused_matches_per_row_attention(
             want = reference(row, qkv[i * num_new : (i + 1) * num_new, :heads], kv).float()
             atol = 2e-5 if dtype == torch.float32 else 2e-2  # bf16: the output rounded to bf16
             torch.testing.assert_close(got[i], want, atol=atol, rtol=1e-4, msg=f"row {i} of {rows}")
+
+
+def session_rows(
+    rng: random.Random, slots: list[int], sessions: int, workers: tuple[int, int], header: float
+) -> list[RowPlan]:
+    """Rows as Hogwild! sessions make them: each worker's view holds the session's prompt, its steps
+    and every worker's own segment (its own last), the others in an order and at shifts of its own;
+    a worker may feed a header (3 tokens) where the others feed one."""
+    rows = []
+    for _ in range(sessions):
+        prompt = [slots.pop() for _ in range(rng.randint(5, 300))]
+        steps = [[slots.pop() for _ in range(rng.randint(1, 200))] for _ in range(rng.randint(0, 3))]
+        count = rng.randint(*workers)
+        num_new = [3 if rng.random() < header else 1 for _ in range(count)]
+        owns = [[slots.pop() for _ in range(rng.randint(n, 60))] for n in num_new]
+        for w, own in enumerate(owns):
+            others = steps + owns[:w] + owns[w + 1 :]
+            rng.shuffle(others)
+            segments = [prompt, *others, own]
+            shifts = [0] + [rng.choice([0, rng.randint(-80, 400)]) for _ in others] + [rng.randint(-30, 150)]
+            view_length = sum(len(s) for s in segments)
+            rows.append(RowPlan(segments, shifts, num_new[w], view_length - num_new[w]))
+    return rows
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_session_classes_match_per_row_attention(dtype: torch.dtype, kernel_build: str) -> None:
+    """A session's one-token rows read one list of keys in one order, each at its own shifts (one
+    class, each key loaded once for all of them): sessions of 1-12 workers (a class past
+    fused.MAX_CLASS tokens is cut in two), one session alone (its class cut into parts to keep the
+    threads busy) or several, headers beside them."""
+    if DEVICE != "cpu" or not fused.enabled(torch.device("cpu"), dtype):
+        pytest.skip("the fused attention runs on a CPU with a C compiler only")
+    rng = random.Random(5 + (dtype == torch.bfloat16))
+    torch.manual_seed(5)
+    kv = torch.randn(2 * KV_HEADS, SLOTS, 64).to(dtype)
+    largest = 0
+    for trial in range(12):
+        free = list(range(SLOTS))
+        rng.shuffle(free)
+        sessions = 1 if trial % 3 == 0 else rng.randint(2, 4)
+        rows = session_rows(rng, free, sessions, (1, 12 if trial % 4 == 1 else 4), header=0.2)
+        num_new = [row.num_new for row in rows]
+        qkv = torch.randn(sum(num_new), HEADS + 2 * KV_HEADS, 64).to(dtype)
+        largest = max(largest, *(len(c.tokens) for c in shared_fused._classes(rows)[0]))
+        attend = fused_shared_attention(rows, tables(64), num_heads=HEADS, num_kv_heads=KV_HEADS, scale=SCALE)
+        got = attend(qkv, kv).float()
+        at = 0
+        for i, row in enumerate(rows):
+            want = reference(row, qkv[at : at + row.num_new, :HEADS], kv).float()
+            atol = 2e-5 if dtype == torch.float32 else 2e-2  # bf16: products of bf16 pairs, output bf16
+            torch.testing.assert_close(got[at : at + row.num_new], want, atol=atol, rtol=1e-4, msg=f"row {i}")
+            at += row.num_new
+    assert largest > fused.MAX_CLASS  # classes formed, and one was cut
