@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -136,3 +137,30 @@ async def test_count_tokens_yields_so_a_deadline_stops_a_counting_loop(backend: 
             await backend.count_tokens(text)
     assert scope.cancelled_caught
     assert (await backend.count_tokens("Hello there"))[1] == "tokenizer"
+
+
+async def test_the_model_loads_on_a_thread_that_has_ended(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # OpenMP keeps a worker pool per thread that starts parallel work; a pool left on the caller's
+    # thread beside the step thread's made libgomp stop its workers spinning (~25% of a pass)
+    from paragen.engine.llm_engine import LLMEngine
+
+    built_on: list[threading.Thread] = []
+    real_init = LLMEngine.__init__
+
+    def recording_init(self: LLMEngine, *args: object, **kwargs: object) -> None:
+        built_on.append(threading.current_thread())
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LLMEngine, "__init__", recording_init)
+    backend = EngineBackend.from_spec(str(tiny_llama), dtype="float32", num_blocks=16, block_size=4)
+    try:
+        (thread,) = built_on
+        assert thread is not threading.current_thread() and not thread.is_alive()
+        with pytest.raises(ConfigError, match="bad engine option"):
+            EngineBackend.from_spec(str(tiny_llama), num_blocks=0)
+        with pytest.raises(ConfigError, match="cannot load model"):  # raised on the loading thread
+            EngineBackend.from_spec(str(tiny_llama / "missing"))
+    finally:
+        await backend.aclose()
