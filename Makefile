@@ -78,6 +78,7 @@ bench: setup
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/llmcompiler.py
 	$(PY) benchmarks/hogwild.py
+	$(PY) benchmarks/hogwild_kernel.py
 	$(PY) benchmarks/hogwild_sessions.py
 	$(PY) benchmarks/openai_backend.py
 	$(PY) benchmarks/serve.py

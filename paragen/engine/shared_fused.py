@@ -35,10 +35,7 @@ def fused_shared_attention(
     scale: float,
 ) -> Attend:
     """The attention of a forward whose rows come in ``plans`` order (their tokens in that order)."""
-    classes, positions, shifts = _classes(plans)
-    slot_plan = fused.plan(classes, sum(row.num_new for row in plans))
-    cos, sin = turned_back(tables, torch.tensor(positions), torch.tensor(shifts))  # [N, D]
-    rotations = (cos.cpu().contiguous(), sin.cpu().contiguous())
+    slot_plan, rotations = shared_slot_plan(plans, tables)
 
     def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         return fused.attend(
@@ -52,6 +49,16 @@ def fused_shared_attention(
         )
 
     return attend
+
+
+def shared_slot_plan(
+    plans: list[RowPlan], tables: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[fused.SlotPlan, tuple[torch.Tensor, torch.Tensor]]:
+    """The kernel's plan for the rows, and the cos/sin rows of their rotations."""
+    classes, positions, shifts = _classes(plans)
+    slot_plan = fused.plan(classes, sum(row.num_new for row in plans))
+    cos, sin = turned_back(tables, torch.tensor(positions), torch.tensor(shifts))  # [N, D]
+    return slot_plan, (cos.cpu().contiguous(), sin.cpu().contiguous())
 
 
 def _classes(plans: list[RowPlan]) -> tuple[list[fused.KeyClass], list[int], list[int]]:
