@@ -486,6 +486,7 @@ int paged_attention(const void *kv, int kv_bf16, long num_slots, int num_kv_head
                          scale,     qkv,        qkv_row,      qkv_bf16,     rot_cos,    rot_sin,
                          key_slots, key_query,  key_start,    key_count,    choice_start, query_base,
                          query_count, out,      out_bf16};
+    if (num_classes <= 0) return 0;  /* nothing to attend */
     const Attend attend = pick(&layer);
     const AttendClass attend_class = pick_class(&layer);
     const size_t per_token = (size_t)max_queries * group * head_dim + (size_t)group * (max_count + 8)

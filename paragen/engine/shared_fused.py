@@ -21,14 +21,14 @@ import torch
 
 from paragen.engine import fused
 from paragen.engine.attention import Attend
-from paragen.engine.shared_plan import RowPlan, turned_back
+from paragen.engine.shared_plan import RowPlan, Tables, turned_back
 
 Segment = tuple[int, int]  # a segment of a view by its first slot and its length
 
 
 def fused_shared_attention(
     plans: list[RowPlan],
-    tables: tuple[torch.Tensor, torch.Tensor],
+    tables: Tables,
     *,
     num_heads: int,
     num_kv_heads: int,
@@ -51,9 +51,7 @@ def fused_shared_attention(
     return attend
 
 
-def shared_slot_plan(
-    plans: list[RowPlan], tables: tuple[torch.Tensor, torch.Tensor]
-) -> tuple[fused.SlotPlan, tuple[torch.Tensor, torch.Tensor]]:
+def shared_slot_plan(plans: list[RowPlan], tables: Tables) -> tuple[fused.SlotPlan, Tables]:
     """The kernel's plan for the rows, and the cos/sin rows of their rotations."""
     classes, positions, shifts = _classes(plans)
     slot_plan = fused.plan(classes, sum(row.num_new for row in plans))
@@ -84,12 +82,11 @@ def _classes(plans: list[RowPlan]) -> tuple[list[fused.KeyClass], list[int], lis
         found = shared.get(key) if may_share else None
         if found is not None and all(segments[s][0] == seg for s, seg in found[1].items()):
             key_class, canonical = found
-            which = array("i")
-            for s in canonical:
-                which += array("i", (index[segments[s][1]],)) * s[1]
             key_class.tokens.append(token)
             key_class.counts.append(len(key_class.slots))
-            key_class.choices.append(which)
+            key_class.choices.append(
+                _choices(canonical, {s: index[shift] for s, (_, shift) in segments.items()})
+            )
             key_class.bases.append(base)
             key_class.num_queries.append(len(distinct))
         else:
@@ -99,6 +96,14 @@ def _classes(plans: list[RowPlan]) -> tuple[list[fused.KeyClass], list[int], lis
                 shared.setdefault(key, (key_class, {(seg[0], len(seg)): seg for seg in row.slots if seg}))
         token += row.num_new
     return classes, positions, shifts
+
+
+def _choices(canonical: dict[Segment, list[int]], rotation: dict[Segment, int]) -> array[int]:
+    """Per key of the class's list (its segments in ``canonical`` order): the row's rotation for it."""
+    which = array("i")
+    for segment in canonical:
+        which += array("i", (rotation[segment],)) * segment[1]
+    return which
 
 
 def _own_class(
