@@ -6,7 +6,8 @@ the context per layer. The kernel reads each key and value where it lies, with n
 fp32: one call per layer. Each key is scored by a query of its own choosing (``key_query``), which
 is how a Hogwild! view's segments, stored at their own positions, are read at shifts of their own
 (one rotated query per shift: ``shared_fused.py``). Tokens that read one list of keys form a class
-(``KeyClass``: a Hogwild! session's workers), whose keys the kernel loads once for all of them.
+(``KeyClass``: a Hogwild! session's workers), whose keys the kernel's AVX512-BF16 path loads once
+for all of them.
 
 The source is compiled on first use, on the machine that runs it (``-march=native``), into
 ``cache_dir()/kernels`` (or a fresh private temporary folder when that is not ours to write) and
