@@ -113,17 +113,23 @@ static void rotate_queries(const Layer *L, const Unit *u, float *queries, int pe
     }
 }
 
-/* Softmax of each query's ``count`` (>= 1) scores, in place. The running maximum starts at the first
- * score, not at -INFINITY: -ffast-math lets the compiler assume no infinities. */
+/* exp(score - max) of ``count`` (>= 1) scores, in place; returns their sum. The maximum starts at
+ * the first score, not at -INFINITY: -ffast-math lets the compiler assume no infinities. */
+static float exp_less_max(float *s, int32_t count) {
+    float top = s[0], total = 0.0f;
+    for (int32_t i = 0; i < count; i++) top = s[i] > top ? s[i] : top;
+    for (int32_t i = 0; i < count; i++) {
+        s[i] = expf(s[i] - top);
+        total += s[i];
+    }
+    return total;
+}
+
+/* Softmax of each query's ``count`` scores (rows ``stride`` apart), in place. */
 static void softmax_rows(float *scores, int group, int32_t count, size_t stride) {
     for (int g = 0; g < group; g++) {
-        float *s = scores + (size_t)g * stride, top = s[0], total = 0.0f;
-        for (int32_t i = 0; i < count; i++) top = s[i] > top ? s[i] : top;
-        for (int32_t i = 0; i < count; i++) {
-            s[i] = expf(s[i] - top);
-            total += s[i];
-        }
-        const float inv = 1.0f / total;
+        float *s = scores + (size_t)g * stride;
+        const float inv = 1.0f / exp_less_max(s, count);
         for (int32_t i = 0; i < count; i++) s[i] *= inv;
     }
 }
@@ -392,15 +398,7 @@ static inline __attribute__((always_inline)) void attend_class_bf16_g(const Laye
     for (int j = 0; j < num_tokens; j++) {  /* exp(score - max), normalised once at the end */
         float *scores = scratch + per_token * j + q_words;
         const int32_t count = units[j].count;
-        for (int g = 0; g < group; g++) {
-            float *s = scores + (size_t)g * score_len, top = s[0], sum = 0.0f;
-            for (int32_t i = 0; i < count; i++) top = s[i] > top ? s[i] : top;
-            for (int32_t i = 0; i < count; i++) {
-                s[i] = expf(s[i] - top);
-                sum += s[i];
-            }
-            total[j][g] = sum;
-        }
+        for (int g = 0; g < group; g++) total[j][g] = exp_less_max(scores + (size_t)g * score_len, count);
         memset(scores + (size_t)group * score_len, 0, sizeof(float) * group * d);
     }
     __m512 *widened = (__m512 *)block;

@@ -120,12 +120,12 @@ def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
 
 # The fused kernel's paths by what the CPU has: built for this CPU (with AVX512-BF16: the bf16
 # products; without: what it has), for an AVX-512 CPU without BF16 (bf16 widened to fp32), and for
-# an AVX2-only one (plain loops). A build this CPU cannot run, or one that is the native build again,
-# is skipped.
-KERNEL_BUILDS = {
-    "native": ("-march=native",),
-    "avx512-no-bf16": ("-march=native", "-mno-avx512bf16"),
-    "avx2": ("-march=x86-64-v3",),
+# an AVX2-only one (plain loops). Per build: its flags, and the CPU flags without which it cannot
+# run or is the native build again (then it is skipped).
+KERNEL_BUILDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "native": (("-march=native",), ()),
+    "avx512-no-bf16": (("-march=native", "-mno-avx512bf16"), ("avx512f", "avx512_bf16")),
+    "avx2": (("-march=x86-64-v3",), ("avx2", "avx512f")),
 }
 
 
@@ -134,15 +134,13 @@ def kernel_build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     """The fused kernel built as ``request.param`` says (its own library, beside the native one's)."""
     from paragen.engine import fused
 
-    flags = fused._cpu_flags().split()
-    wanted = {"native": None, "avx512-no-bf16": ("avx512f", "avx512_bf16"), "avx2": ("avx2", "avx512f")}
-    needs = wanted[request.param]
-    if needs is not None and not all(flag in flags for flag in needs):
+    build, needs = KERNEL_BUILDS[request.param]
+    if not set(needs) <= set(fused._cpu_flags().split()):
         pytest.skip(
             f"the {request.param} build is not distinct from the native one on this CPU, or cannot run"
         )
-    march = tuple(flag for flag in fused._FLAGS if not flag.startswith("-march"))
-    monkeypatch.setattr(fused, "_FLAGS", (*KERNEL_BUILDS[request.param], *march))
+    rest = tuple(flag for flag in fused._FLAGS if not flag.startswith("-march"))
+    monkeypatch.setattr(fused, "_FLAGS", (*build, *rest))
     monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1")
     fused._kernel.cache_clear()
     yield request.param
