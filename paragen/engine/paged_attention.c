@@ -40,7 +40,8 @@
 #include <immintrin.h>
 #endif
 
-#define VALUE_BLOCK 32 /* keys whose values the bf16 path widens once for a whole class */
+#define VALUE_BLOCK 32 /* keys whose values the bf16 path widens once for a one-token class */
+#define PAIR_BLOCK 16  /* pairs of keys whose values it interleaves once for a class of several */
 
 typedef struct {
     const void *kv;
@@ -335,15 +336,103 @@ static inline __attribute__((always_inline)) void score_keys(const __m512i *kt, 
     }
 }
 
+/* ``count`` probabilities rounded to bf16 pairs (p_2m, p_2m+1), the last pair's second 0 when
+ * ``count`` is odd (its key is read but weighs nothing). */
+static inline void to_pairs(const float *p, int32_t count, uint16_t *half) {
+    for (int32_t i = 0; i < count; i += 16) {
+        const __mmask16 live = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1);
+        _mm256_mask_storeu_epi16(half + i, live, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(live, p + i)));
+    }
+    if (count % 2) half[count] = 0;
+}
+
+/* The value sums of a class of several tokens, as FlashAttention forms them: probabilities rounded
+ * to bf16, two keys' values per pair of bf16 lanes (interleaved once per block for the class), one
+ * vdpbf16ps per two keys and 16 dimensions, fp32 sums. unpacklo/hi work per 128-bit lane: lane l of
+ * a chunk's low words holds its dimensions 8l..8l+3, of its high words 8l+4..8l+7. Token j's data
+ * are ``per_token`` floats after ``data``: scores, pairs, sums. */
+static inline __attribute__((always_inline)) void sum_paired(const Unit *units, int num_tokens, const int32_t *slots,
+                                                             const uint16_t *values, int32_t most, __m512i *block,
+                                                             float *data, size_t per_token, size_t score_len,
+                                                             size_t pair_len, const int group, const int chunks) {
+    const int d = 32 * chunks;
+    for (int32_t first = 0; first < most; first += 2 * PAIR_BLOCK) {
+        const int32_t size = most - first < 2 * PAIR_BLOCK ? most - first : 2 * PAIR_BLOCK;
+        for (int m = 0; 2 * m < size; m++) {
+            const int32_t i = first + 2 * m;
+            const uint16_t *v0 = values + (size_t)slots[i] * d;
+            const uint16_t *v1 = i + 1 < most ? values + (size_t)slots[i + 1] * d : v0;  /* its p is 0 */
+            for (int32_t ahead = i + 2 * PAIR_BLOCK; ahead < i + 2 * PAIR_BLOCK + 2 && ahead < most; ahead++)
+                for (int line = 0; line < chunks; line++)  /* the next block's values on their way */
+                    _mm_prefetch((const char *)(values + (size_t)slots[ahead] * d + 32 * line), _MM_HINT_T0);
+            for (int c = 0; c < chunks; c++) {
+                const __m512i a = _mm512_loadu_si512((const void *)(v0 + 32 * c));
+                const __m512i b = _mm512_loadu_si512((const void *)(v1 + 32 * c));
+                block[(m * chunks + c) * 2] = _mm512_unpacklo_epi16(a, b);
+                block[(m * chunks + c) * 2 + 1] = _mm512_unpackhi_epi16(a, b);
+            }
+        }
+        for (int j = 0; j < num_tokens; j++) {
+            const int32_t left = units[j].count - first < size ? units[j].count - first : size;
+            if (left <= 0) continue;
+            const uint32_t *pairs = (const uint32_t *)(data + per_token * j + (size_t)group * score_len);
+            float *sums = (float *)(pairs + (size_t)group * pair_len);
+            __m512 totals[MAX_GROUP][2 * 8];  /* per query, per chunk: its low and high words' dimensions */
+            for (int g = 0; g < group; g++)
+                for (int c = 0; c < 2 * chunks; c++) totals[g][c] = _mm512_loadu_ps(sums + g * d + 16 * c);
+            for (int m = 0; 2 * m < left; m++)
+                for (int g = 0; g < group; g++) {
+                    const __m512bh p = (__m512bh)_mm512_set1_epi32((int)pairs[(size_t)g * pair_len + first / 2 + m]);
+                    for (int c = 0; c < 2 * chunks; c++)
+                        totals[g][c] = _mm512_dpbf16_ps(totals[g][c], (__m512bh)block[m * 2 * chunks + c], p);
+                }
+            for (int g = 0; g < group; g++)
+                for (int c = 0; c < 2 * chunks; c++) _mm512_storeu_ps(sums + g * d + 16 * c, totals[g][c]);
+        }
+    }
+}
+
+/* The value sums of a class of one token (every plain decode row, and so ``workers=1``): values
+ * widened to fp32 (the permuted order of ``widen``: even dimensions, then odd) and summed with fp32
+ * probabilities. Kept apart from sum_paired so that one worker decodes exactly as the plain decode
+ * (greedy text drifted within ~35 tokens with bf16 probabilities: tests/strategies/test_hogwild_engine.py). */
+static inline __attribute__((always_inline)) void sum_widened(const Unit *units, const int32_t *slots,
+                                                              const uint16_t *values, int32_t most, __m512 *widened,
+                                                              const float *scores, float *sums, size_t score_len,
+                                                              const int group, const int chunks) {
+    const int d = 32 * chunks;
+    for (int32_t first = 0; first < most; first += VALUE_BLOCK) {
+        const int32_t size = most - first < VALUE_BLOCK ? most - first : VALUE_BLOCK;
+        for (int m = 0; m < size; m++) {
+            const uint16_t *value = values + (size_t)slots[first + m] * d;
+            if (first + VALUE_BLOCK + m < most)  /* the next block's values on their way from memory */
+                for (int line = 0; line < chunks; line++)
+                    _mm_prefetch((const char *)(values + (size_t)slots[first + VALUE_BLOCK + m] * d + 32 * line), _MM_HINT_T0);
+            for (int c = 0; c < chunks; c++) widen(value + 32 * c, &widened[(m * chunks + c) * 2], &widened[(m * chunks + c) * 2 + 1]);
+        }
+        const int32_t left = units[0].count - first < size ? units[0].count - first : size;
+        const float *p = scores + first;
+        __m512 totals[MAX_GROUP][2 * 8];  /* per query, per chunk: its even and odd dimensions */
+        for (int g = 0; g < group; g++)
+            for (int c = 0; c < 2 * chunks; c++) totals[g][c] = _mm512_loadu_ps(sums + g * d + 16 * c);
+        for (int m = 0; m < left; m++)
+            for (int g = 0; g < group; g++) {
+                const __m512 weight = _mm512_set1_ps(p[(size_t)g * score_len + m]);
+                for (int c = 0; c < 2 * chunks; c++)
+                    totals[g][c] = _mm512_fmadd_ps(weight, widened[m * 2 * chunks + c], totals[g][c]);
+            }
+        for (int g = 0; g < group; g++)
+            for (int c = 0; c < 2 * chunks; c++) _mm512_storeu_ps(sums + g * d + 16 * c, totals[g][c]);
+    }
+}
+
 /* A class's tokens at one KV head (see the file's comment), bf16 cache, head_dim a multiple of 32,
  * group <= MAX_GROUP; inlined with constant sizes so the sums stay in registers. Each block of 16
  * keys is transposed once and scored by every token of the class (each lane by that token's
  * rotation for it: a block where the choice changes is scored once per choice in it), so a key is
- * loaded from memory once and its scores need no horizontal sums; each block of VALUE_BLOCK keys'
- * values is widened to fp32 once (the permuted order of ``widen``) and summed by every token with
- * its fp32 probabilities, exp(score - max), normalised once at the end. The values stay fp32: with
- * probabilities rounded to bf16 as well, greedy text drifted from the plain decode's within ~35
- * tokens (tests/strategies/test_hogwild_engine.py), for 1.6 ms of a 4-worker eval pass's 43. */
+ * loaded from memory once and its scores need no horizontal sums. The probabilities are
+ * exp(score - max), normalised once at the end; the values summed by ``sum_paired`` for a class of
+ * several tokens, by ``sum_widened`` for one. */
 static inline __attribute__((always_inline)) void attend_class_bf16_g(const Layer *L, const int32_t *tokens,
                                                                       int num_tokens, int head, float *scratch,
                                                                       const int group, const int chunks) {
@@ -355,10 +444,10 @@ static inline __attribute__((always_inline)) void attend_class_bf16_g(const Laye
         most = units[j].count > most ? units[j].count : most;
         most_queries = units[j].query_count > most_queries ? units[j].query_count : most_queries;
     }
-    /* scratch: per token its rounded queries, scores and sums; then one token's rotated queries, and
-     * the block of transposed keys or widened values */
+    /* scratch: per token its rounded queries, scores, probability pairs and sums; then one token's
+     * rotated queries, and the block of transposed keys or of values */
     const size_t q_words = ((size_t)most_queries * group * d + 1) / 2, score_len = (size_t)most + LANES;
-    const size_t per_token = q_words + group * (score_len + d);
+    const size_t pair_len = (size_t)most / 2 + 1, per_token = q_words + group * (score_len + pair_len + d);
     float *turned = scratch + per_token * num_tokens;
     __m512i *block = (__m512i *)(turned + (size_t)most_queries * group * d + 16);
     block = (__m512i *)(((uintptr_t)block + 63) & ~(uintptr_t)63);
@@ -395,49 +484,32 @@ static inline __attribute__((always_inline)) void attend_class_bf16_g(const Laye
         }
     }
     float total[num_tokens][MAX_GROUP];
+    const int paired = num_tokens > 1;
     for (int j = 0; j < num_tokens; j++) {  /* exp(score - max), normalised once at the end */
         float *scores = scratch + per_token * j + q_words;
+        uint32_t *pairs = (uint32_t *)(scores + (size_t)group * score_len);
         const int32_t count = units[j].count;
-        for (int g = 0; g < group; g++) total[j][g] = exp_less_max(scores + (size_t)g * score_len, count);
-        memset(scores + (size_t)group * score_len, 0, sizeof(float) * group * d);
-    }
-    __m512 *widened = (__m512 *)block;
-    for (int32_t first = 0; first < most; first += VALUE_BLOCK) {
-        const int32_t size = most - first < VALUE_BLOCK ? most - first : VALUE_BLOCK;
-        for (int m = 0; m < size; m++) {
-            const uint16_t *value = values + (size_t)slots[first + m] * d;
-            if (first + VALUE_BLOCK + m < most)  /* the next block's values on their way from memory */
-                for (int line = 0; line < chunks; line++)
-                    _mm_prefetch((const char *)(values + (size_t)slots[first + VALUE_BLOCK + m] * d + 32 * line), _MM_HINT_T0);
-            for (int c = 0; c < chunks; c++) widen(value + 32 * c, &widened[(m * chunks + c) * 2], &widened[(m * chunks + c) * 2 + 1]);
+        for (int g = 0; g < group; g++) {
+            total[j][g] = exp_less_max(scores + (size_t)g * score_len, count);
+            if (paired) to_pairs(scores + (size_t)g * score_len, count, (uint16_t *)(pairs + (size_t)g * pair_len));
         }
-        for (int j = 0; j < num_tokens; j++) {
-            const int32_t left = units[j].count - first < size ? units[j].count - first : size;
-            if (left <= 0) continue;
-            const float *p = scratch + per_token * j + q_words + first;
-            float *sums = scratch + per_token * j + q_words + (size_t)group * score_len;
-            __m512 totals[MAX_GROUP][2 * 8];  /* per query, per chunk: its even and odd dimensions */
-            for (int g = 0; g < group; g++)
-                for (int c = 0; c < 2 * chunks; c++) totals[g][c] = _mm512_loadu_ps(sums + g * d + 16 * c);
-            for (int m = 0; m < left; m++)
-                for (int g = 0; g < group; g++) {
-                    const __m512 weight = _mm512_set1_ps(p[(size_t)g * score_len + m]);
-                    for (int c = 0; c < 2 * chunks; c++)
-                        totals[g][c] = _mm512_fmadd_ps(weight, widened[m * 2 * chunks + c], totals[g][c]);
-                }
-            for (int g = 0; g < group; g++)
-                for (int c = 0; c < 2 * chunks; c++) _mm512_storeu_ps(sums + g * d + 16 * c, totals[g][c]);
-        }
+        memset(pairs + (size_t)group * pair_len, 0, sizeof(float) * group * d);
     }
-    for (int j = 0; j < num_tokens; j++) {  /* the even and odd dimensions back in order */
-        const float *sums = scratch + per_token * j + q_words + (size_t)group * score_len;
+    float *first_sums = scratch + q_words + (size_t)group * (score_len + pair_len);
+    if (paired)
+        sum_paired(units, num_tokens, slots, values, most, block, scratch + q_words, per_token, score_len, pair_len, group, chunks);
+    else
+        sum_widened(units, slots, values, most, (__m512 *)block, scratch + q_words, first_sums, score_len, group, chunks);
+    for (int j = 0; j < num_tokens; j++) {  /* the dimensions back in order, normalised */
+        const float *sums = first_sums + per_token * j;
         float *acc = turned;
         for (int g = 0; g < group; g++) {
             const float inv = 1.0f / total[j][g];
             for (int c = 0; c < chunks; c++)
-                for (int k = 0; k < 16; k++) {
-                    acc[g * d + 32 * c + 2 * k] = sums[g * d + 32 * c + k] * inv;
-                    acc[g * d + 32 * c + 2 * k + 1] = sums[g * d + 32 * c + 16 + k] * inv;
+                for (int k = 0; k < 16; k++) {  /* sum c's halves: see sum_paired and sum_widened */
+                    const int low = paired ? 8 * (k / 4) + k % 4 : 2 * k, high = paired ? low + 4 : low + 1;
+                    acc[g * d + 32 * c + low] = sums[g * d + 32 * c + k] * inv;
+                    acc[g * d + 32 * c + high] = sums[g * d + 32 * c + 16 + k] * inv;
                 }
         }
         store_out(L, &units[j], acc);
@@ -490,7 +562,7 @@ int paged_attention(const void *kv, int kv_bf16, long num_slots, int num_kv_head
     const size_t per_token = (size_t)max_queries * group * head_dim + (size_t)group * (max_count + 8)
                              + (size_t)(group + 1) * head_dim;
     /* a class at once: its tokens' queries, scores and sums, one token's rotations, a block of keys or values */
-    const size_t per_class = (size_t)max_class * ((size_t)max_queries * group * head_dim + (size_t)group * (max_count + 32 + head_dim))
+    const size_t per_class = (size_t)max_class * ((size_t)max_queries * group * head_dim + (size_t)group * (max_count + 32 + max_count / 2 + 1 + head_dim))
                              + (size_t)max_queries * group * head_dim + 32 + (size_t)VALUE_BLOCK * head_dim;
     const size_t scratch = attend_class != NULL && per_class > per_token ? per_class : per_token;
     /* per (class, head), or per (token, head) where classes share nothing; classes cut into parts
