@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,7 +31,8 @@ class Segment:
     blocks: list[int] = field(default_factory=list)
     length: int = 0
     base: int | None = None  # keys stored rotated at base + j; set by the first write (its offset)
-    slots: list[int] = field(default_factory=list)  # the cache slot of each token (maybe a few more)
+    # the cache slot of each token (maybe a few more), int32: the fused plan copies them as memory
+    slots: array[int] = field(default_factory=lambda: array("i"))
 
 
 class SharedCache:
@@ -79,7 +81,7 @@ class SharedCache:
         """Where the segment's first key is stored rotated (None while it is empty)."""
         return self._segment(seg).base
 
-    def slots(self, seg: int) -> list[int]:
+    def slots(self, seg: int) -> array[int]:
         """The cache slot of each of the segment's tokens, in order."""
         segment = self._segment(seg)
         return segment.slots[: segment.length]
@@ -105,8 +107,8 @@ class SharedCache:
         self._grow({dst: to.length + n})
         runner, model = self.engine.runner, self.engine.model
         cos, sin = shift_tables((model.cos, model.sin), runner.tensor([at - source.base]))
-        dst_slots = to.slots[to.length : to.length + n]
-        self.engine.cache.copy_slots(runner.tensor(self.slots(src)), runner.tensor(dst_slots), cos, sin)
+        src_slots, dst_slots = list(self.slots(src)), list(to.slots[to.length : to.length + n])
+        self.engine.cache.copy_slots(runner.tensor(src_slots), runner.tensor(dst_slots), cos, sin)
         to.length += n
 
     @torch.inference_mode()
@@ -188,7 +190,7 @@ class SharedCache:
         segment, bs = self.segments[row.view[0]], self.engine.blocks.block_size
         segment.blocks = self.engine.blocks.share(blocks)
         segment.length = len(blocks) * bs
-        segment.slots = [block * bs + p for block in blocks for p in range(bs)]
+        segment.slots = array("i", (block * bs + p for block in blocks for p in range(bs)))
         segment.base = 0
         return SharedRow(row.worker, row.view, row.token_ids[segment.length :])
 
@@ -238,7 +240,7 @@ class SharedCache:
             segment = self.segments[seg]
             segment.blocks += blocks.allocate(n) if n > 0 else []
             have = len(segment.slots)  # a failed pass may have listed some already
-            segment.slots += [segment.blocks[p // bs] * bs + p % bs for p in range(have, new_lengths[seg])]
+            segment.slots.extend(segment.blocks[p // bs] * bs + p % bs for p in range(have, new_lengths[seg]))
 
     def place(self, row: SharedRow, new_lengths: dict[int, int]) -> Placed:
         """Where one row's tokens go (stored positions, cache slots) and what they attend."""

@@ -16,6 +16,7 @@ class: one list of slots in the first row's order, each row choosing its rotatio
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 
 import torch
 
@@ -62,7 +63,7 @@ def shared_slot_plan(plans: list[RowPlan], tables: Tables) -> tuple[fused.SlotPl
 def _classes(plans: list[RowPlan]) -> tuple[list[fused.KeyClass], list[int], list[int]]:
     """The forward's key classes, and per rotation its token's view position and its shift."""
     classes: list[fused.KeyClass] = []
-    shared: dict[tuple[Segment, ...], tuple[fused.KeyClass, dict[Segment, list[int]]]] = {}
+    shared: dict[tuple[Segment, ...], tuple[fused.KeyClass, dict[Segment, Sequence[int]]]] = {}
     positions: list[int] = []
     shifts: list[int] = []
     token = 0
@@ -98,7 +99,7 @@ def _classes(plans: list[RowPlan]) -> tuple[list[fused.KeyClass], list[int], lis
     return classes, positions, shifts
 
 
-def _choices(canonical: dict[Segment, list[int]], rotation: dict[Segment, int]) -> array[int]:
+def _choices(canonical: dict[Segment, Sequence[int]], rotation: dict[Segment, int]) -> array[int]:
     """Per key of the class's list (its segments in ``canonical`` order): the row's rotation for it."""
     which = array("i")
     for segment in canonical:

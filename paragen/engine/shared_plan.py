@@ -4,6 +4,7 @@ uses them, and why the regions are what they are: ``shared_attention.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -24,9 +25,9 @@ HEAD_MIN = 16
 
 @dataclass(slots=True)
 class RowPlan:
-    """One row of a shared forward, as plain lists (built on the step thread before the forward)."""
+    """One row of a shared forward (built on the step thread before the forward)."""
 
-    slots: list[list[int]]  # per segment of the view, in view order: the cache slot of each token
+    slots: Sequence[Sequence[int]]  # per segment of the view, in view order: the cache slot of each token
     shifts: list[int]  # per segment: its offset in this view minus its base (the keys' extra rotation)
     num_new: int  # tokens this row appends to its last segment (the own one)
     query_from: int  # the view position of the first new token
@@ -136,7 +137,7 @@ def _common(row: RowPlan) -> list[int]:
     return [slot for i, (slots, shift) in pairs if shift == 0 and i != last for slot in slots]
 
 
-def _is_piece(slots: list[int], shift: int, own: bool) -> bool:
+def _is_piece(slots: Sequence[int], shift: int, own: bool) -> bool:
     """A segment its class may gather once: long, and outside the common region."""
     return len(slots) >= max(1, SHORT_SEGMENT) and (shift != 0 or own)
 
@@ -191,7 +192,7 @@ def _class_pieces(rows: list[RowPlan], classes: list[list[int]]) -> list[list[tu
             for j, (slots, shift) in enumerate(zip(rows[i].slots, rows[i].shifts, strict=True)):
                 if _is_piece(slots, shift, j == last):
                     key = (slots[0], len(slots))
-                    slots_of[key] = slots
+                    slots_of[key] = list(slots)
                     count[key] = count.get(key, 0) + 1
         shared = [(key, slots) for key, slots in slots_of.items() if count[key] > 1]
         out.append(sorted(shared, key=lambda piece: -len(piece[1])))
