@@ -107,7 +107,10 @@ def _filtered_draw(probs: torch.Tensor, u: torch.Tensor, batch: SampleBatch) -> 
 def _with_logprobs(logits: torch.Tensor, chosen: torch.Tensor, batch: SampleBatch) -> Sampled:
     if not batch.wants_logprobs and not batch.num_top_logprobs:
         return Sampled(chosen.tolist(), None, None)
+    if not batch.num_top_logprobs:  # the chosen tokens' alone: no [B, V] log_softmax written out
+        chosen_logits = logits.gather(1, chosen.unsqueeze(1)).squeeze(1)
+        return Sampled(chosen.tolist(), (chosen_logits - torch.logsumexp(logits, dim=-1)).tolist(), None)
     logp = torch.log_softmax(logits, dim=-1)
     picked = logp.gather(1, chosen.unsqueeze(1)).squeeze(1).tolist()
-    tops = logp.topk(batch.num_top_logprobs, dim=-1).values.tolist() if batch.num_top_logprobs else None
+    tops = logp.topk(batch.num_top_logprobs, dim=-1).values.tolist()
     return Sampled(chosen.tolist(), picked, tops)

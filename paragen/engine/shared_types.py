@@ -26,4 +26,4 @@ class SharedSample:
     """The next token sampled from a row's last position."""
 
     token_id: int
-    logprob: float
+    logprob: float | None = None  # when the session's params ask for logprobs

@@ -82,7 +82,8 @@ async def test_one_worker_equals_plain_greedy_with_requests_alongside(backend: E
 
 
 async def test_suppressed_tokens_are_never_sampled(backend: EngineBackend) -> None:
-    async with backend.shared_session(GREEDY, num_workers=1) as session:
+    params = GREEDY.model_copy(update={"logprobs": True})
+    async with backend.shared_session(params, num_workers=1) as session:
         p = await session.new_segment()
         ids = session.tokenize("The answer is")
         (free,) = await session.forward([SharedRow(0, [p], ids)], greedy=True)
@@ -91,7 +92,7 @@ async def test_suppressed_tokens_are_never_sampled(backend: EngineBackend) -> No
         (held,) = await session.forward(
             [SharedRow(0, [p], ids)], greedy=True, suppress_token_ids=[free.token_id]
         )
-        assert held.token_id != free.token_id and held.logprob <= 0.0
+        assert held.token_id != free.token_id and held.logprob is not None and held.logprob <= 0.0
 
 
 async def test_leaving_by_error_frees_every_block(backend: EngineBackend) -> None:
@@ -233,3 +234,14 @@ async def test_a_session_at_a_step_boundary_still_makes_the_pass(
     # 39 forwards; in lockstep 13 passes (before the fix: 21, the folding session a pass late at each fold)
     assert sum(batch_sizes) == 39 and len(batch_sizes) <= 15, batch_sizes
     assert backend.engine.num_free_blocks == 64
+
+
+async def test_logprobs_come_when_the_params_ask_for_them(backend: EngineBackend) -> None:
+    found = []
+    for asked in (False, True):
+        params = GREEDY.model_copy(update={"logprobs": asked})
+        async with backend.shared_session(params, num_workers=1) as session:
+            p = await session.new_segment()
+            (sample,) = await session.forward([SharedRow(0, [p], session.tokenize("The answer is"))])
+            found.append(sample.logprob)
+    assert found[0] is None and found[1] is not None and found[1] <= 0.0
