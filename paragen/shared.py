@@ -98,8 +98,9 @@ class SharedWorkers:
     def has_room(self, rows: Sequence[SharedRow], reserve: int) -> bool:
         """Whether every row's view, with its input, stays ``reserve`` tokens inside the model's positions."""
         limit = self._session.max_view_tokens - reserve
-        length = self._session.segment_length
-        return all(sum(length(s) for s in row.view) + len(row.token_ids) <= limit for row in rows)
+        # a session's rows share most segments: each length asked once (this runs every pass)
+        lengths = {s: self._session.segment_length(s) for s in {s for row in rows for s in row.view}}
+        return all(sum(lengths[s] for s in row.view) + len(row.token_ids) <= limit for row in rows)
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return self._session.detokenize(token_ids)
@@ -237,7 +238,8 @@ class SharedWorkers:
         if token not in self.eos_token_ids:
             shown += worker.text.add([token])
         now = account.now()
-        worker.live.add(Delta(0, shown, 1, (token,), (sample.logprob,)), now)
+        logprobs = None if sample.logprob is None else (sample.logprob,)
+        worker.live.add(Delta(0, shown, 1, (token,), logprobs), now)
         worker.has_sample, worker.last_sample = True, token
         if shown:
             emit_worker_text(account, worker.live.trace.id, index, worker.name, shown)

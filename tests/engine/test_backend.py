@@ -164,3 +164,19 @@ async def test_the_model_loads_on_a_thread_that_has_ended(
             EngineBackend.from_spec(str(tiny_llama / "missing"))
     finally:
         await backend.aclose()
+
+
+def test_the_fast_decode_reads_as_the_tokenizer_does(tokenizer_dir: Path) -> None:
+    from functools import partial
+
+    from paragen.backends.engine import fast_decode
+    from paragen.engine.loader import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    text = "**Alice [3]:** 17 × 23 = 391. Ça va? 日本語\n\n<|im_end|> done"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    decode = fast_decode(tokenizer)
+    assert isinstance(decode, partial)  # SmolLM2's takes the fast path
+    for start in range(len(ids)):
+        for end in range(start, len(ids) + 1):
+            assert decode(ids[start:end]) == tokenizer.decode(ids[start:end])
