@@ -129,6 +129,7 @@ class Grader:
         default = "forkserver" if sys.platform.startswith("linux") else "spawn"
         self._context = multiprocessing.get_context(context or default)
         self._pool: ProcessPoolExecutor | None = None
+        self._warming: list[Future[bool]] = []
 
     def __enter__(self) -> Grader:
         return self
@@ -141,12 +142,24 @@ class Grader:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def _ensure_pool(self) -> ProcessPoolExecutor:
+    def start(self) -> None:
+        """Start the pool's processes now, without waiting for them: the first comparison waits."""
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 self.workers, mp_context=self._context, initializer=_watch_parent, initargs=(os.getpid(),)
             )
-            wait([self._pool.submit(_warm) for _ in range(self.workers)], timeout=120)
+            self._warming = [self._pool.submit(_warm) for _ in range(self.workers)]
+
+    def wait_started(self) -> None:
+        """Start the pool if need be and wait until its processes are ready (blocking)."""
+        self._ensure_pool()
+
+    def _ensure_pool(self) -> ProcessPoolExecutor:
+        self.start()
+        assert self._pool is not None
+        if self._warming:
+            wait(self._warming, timeout=120)
+            self._warming = []
         return self._pool
 
     def _kill_pool(self) -> None:

@@ -219,14 +219,18 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
 
 
 async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
-    await orch.open()
-    for combo in spec.combos:  # a reward model that cannot be loaded fails here, before any record
-        await orch.open_verifiers(combo.strategy)
-    run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
-    writer = RecordWriter.open(spec.out)
-    write_run_info(spec.out, run_info)
     grader = Grader(workers=spec.grader_workers, equivalence=spec.task.equivalence)
     try:
+        # The grading processes start and are waited for before any problem: started at the first
+        # answer, they took the CPU from the problems then in flight (the first strategy's latencies).
+        grader.start()
+        await orch.open()
+        for combo in spec.combos:  # a reward model that cannot be loaded fails here, before any record
+            await orch.open_verifiers(combo.strategy)
+        await anyio.to_thread.run_sync(grader.wait_started)
+        run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
+        writer = RecordWriter.open(spec.out)
+        write_run_info(spec.out, run_info)
         with _progress(spec.progress) as progress:
             for sampling in seed_samplings(spec):
                 orch.defaults = sampling

@@ -1,0 +1,62 @@
+"""The grading processes are up before the first problem runs, so their start-up is in no latency."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evals.grading import Grader
+from evals.runner import EvalSpec, build_combos, run_eval
+from evals.tasks import Selection, get_task, load_task
+from paragen.backends.scripted import ScriptedBackend, arithmetic_responder
+from paragen.context import RunContext
+from paragen.prompts import solve_messages
+from paragen.registry import STRATEGY_GROUP, register
+from paragen.strategy import BaseStrategy, StrategyConfig
+from paragen.types import Problem, SamplingParams, StrategyResult
+
+EVENTS: list[str] = []
+
+
+class Watched(BaseStrategy[StrategyConfig]):
+    """One sample; notes when it starts."""
+
+    name = "t_watched"
+    Config = StrategyConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        EVENTS.append("problem")
+        trace = await ctx.sample(ctx.request(messages=solve_messages(problem.question)))
+        return ctx.finish(trace.text.strip().split()[-1] if trace.is_ok else None, text=trace.text)
+
+
+@pytest.mark.anyio
+async def test_the_grader_is_warm_before_any_problem_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(STRATEGY_GROUP, "t_watched", Watched)
+    EVENTS.clear()
+    started = Grader.wait_started
+
+    def wait_started(self: Grader) -> None:
+        started(self)
+        EVENTS.append("grader ready")
+
+    monkeypatch.setattr(Grader, "wait_started", wait_started)
+    task = get_task("arith")
+    loaded = load_task(task, Selection(limit=3))
+    spec = EvalSpec(
+        task=task,
+        problems=loaded.problems,
+        combos=build_combos(["t_watched"], [1]),
+        out=tmp_path,
+        backend_spec="scripted",
+        data=loaded.source,
+        sampling=SamplingParams(seed=1),
+        progress=False,
+    )
+    records = await run_eval(spec, ScriptedBackend(arithmetic_responder))
+
+    assert EVENTS == ["grader ready", "problem", "problem", "problem"]
+    assert len(records) == 3 and {r.grade.outcome for r in records} <= {"correct", "incorrect"}
