@@ -114,12 +114,17 @@ class SharedWorkers:
     async def new_segment(self) -> int:
         return await self._session.new_segment()
 
+    async def new_segments(self, count: int) -> list[int]:
+        """``count`` new segments in one round trip (a session's start asks for all of its own)."""
+        return await self._session.new_segments(count)
+
     async def free_segment(self, segment: int) -> None:
         await self._session.free_segment(segment)
 
-    async def append_from(self, dst: int, src: int) -> None:
-        """Fold ``src``'s tokens onto the end of ``dst`` (the cache copies them; nothing is generated)."""
-        await self._session.append_from(dst, src)
+    async def append_from(self, dst: int, src: int, *, clear: bool = False) -> None:
+        """Fold ``src``'s tokens onto the end of ``dst`` (the cache copies them; nothing is generated);
+        with ``clear``, ``src`` is emptied in the same call, ready for the worker's next step."""
+        await self._session.append_from(dst, src, clear=clear)
 
     # -- reading ---------------------------------------------------------------------------------
 

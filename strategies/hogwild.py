@@ -206,11 +206,9 @@ class _Team:
     # -- collaboration (two or more workers) -----------------------------------------------------
 
     async def collaborate(self, question: str) -> None:
-        await self._prefill_shared(question)
         io, count = self.io, self.cfg.workers
-        self.team = [
-            _Worker(i, await io.new_segment(), io.tokenize(self.prompts.opener(i))) for i in range(count)
-        ]
+        own = await self._prefill_shared(question)
+        self.team = [_Worker(i, own[i], io.tokenize(self.prompts.opener(i))) for i in range(count)]
         suppress = self._suppressed()
         while io.num_forward_passes < self.budget and self.answer is None:
             rows = [SharedRow(w.index, self.view(w), w.pending) for w in self.team]
@@ -225,19 +223,25 @@ class _Team:
         answers = [last_boxed(io.text(w.index)) for w in self.team]
         io.end("stop" if self.answer is not None else "length", answers=answers)
 
-    async def _prefill_shared(self, question: str) -> None:
-        io, prompts, shared = self.io, self.prompts, self.shared
-        messages = prompts.messages(question, self.cfg.workers)
-        shared.prompt = await io.new_segment()
-        await io.prefill([SharedRow(0, [shared.prompt], io.tokenize(io.apply_chat_template(messages)))])
+    async def _prefill_shared(self, question: str) -> list[int]:
+        """The prompt and the layout's headers, written in one pass; returns the workers' segments.
+
+        Every segment the run starts with comes from one call, and the headers are written beside
+        the prompt they follow (rows write before any row reads): at a session's start each round
+        trip to the engine could wait behind a pass of the other sessions.
+        """
+        io, prompts, shared, count = self.io, self.prompts, self.shared, self.cfg.workers
         texts = [prompts.past_header, prompts.others_header, prompts.own_header]
-        texts += [prompts.cut_marker] * (self.cfg.workers - 1)
-        segments = [await io.new_segment() for _ in texts]
-        shared.past, shared.others, shared.own, *shared.cuts = segments
-        rows = [
-            SharedRow(0, [shared.prompt, s], io.tokenize(t)) for s, t in zip(segments, texts, strict=True)
-        ]
+        texts += [prompts.cut_marker] * (count - 1)
+        shared.prompt, *segments = await io.new_segments(1 + len(texts) + count)
+        headers, own = segments[: len(texts)], segments[len(texts) :]
+        shared.past, shared.others, shared.own, *shared.cuts = headers
+        messages = prompts.messages(question, count)
+        rows = [SharedRow(0, [shared.prompt], io.tokenize(io.apply_chat_template(messages)))]
+        for header, text in zip(headers, texts, strict=True):
+            rows.append(SharedRow(0, [shared.prompt, header], io.tokenize(text)))
         await io.prefill(rows)
+        return own
 
     def view(self, worker: _Worker) -> list[int]:
         """The worker's view: segment ids in order; its own current step last (written to)."""
@@ -269,8 +273,8 @@ class _Team:
         if step_text is None:
             return False
         io = self.io
-        await self._fold(worker)
-        worker.segment = await io.new_segment()
+        if not await self._fold(worker):  # its step's segment became its history (contiguous)
+            worker.segment = await io.new_segment()
         worker.step += 1
         nudge = self.cfg.nudge_every > 0 and self.since_nudge >= self.cfg.nudge_every
         if nudge:
@@ -278,12 +282,13 @@ class _Team:
         worker.pending += io.tokenize(self.prompts.header(worker.index, worker.step, nudge=nudge))
         return True
 
-    async def _fold(self, worker: _Worker) -> None:
+    async def _fold(self, worker: _Worker) -> bool:
         """The worker's finished step joins the history: copied onto its end, so views stay a few segments.
 
         A view then holds the prompt, the history and the current steps with their headers (about
         2 x workers + 3 segments) however many steps the run has taken, and the attention reads
-        the history unshifted (it sits at the same place in every view).
+        the history unshifted (it sits at the same place in every view). True when the step's
+        segment was emptied in the same call, for the worker's next step.
         """
         io, step = self.io, worker.segment
         if self.cfg.layout != "contiguous":
@@ -292,9 +297,9 @@ class _Team:
             into = worker.done[0]  # each worker's finished steps, one segment
         else:
             worker.done.append(step)  # its first step becomes that segment
-            return
-        await io.append_from(into, step)
-        await io.free_segment(step)
+            return False
+        await io.append_from(into, step, clear=True)
+        return True
 
     def _finished_step(self, worker: _Worker) -> str | None:
         """The text of the step the worker's newest token finished (and note its answer), or None."""

@@ -123,6 +123,10 @@ class SharedCacheSession(Protocol):
 
     async def new_segment(self) -> int: ...
 
+    async def new_segments(self, count: int) -> list[int]:
+        """``count`` new segments in one call (each call is a round trip to the engine's thread)."""
+        ...
+
     async def forward(
         self, rows: Sequence[SharedRow], *, suppress_token_ids: Sequence[int] = (), greedy: bool = False
     ) -> list[SharedSample]:
@@ -131,11 +135,12 @@ class SharedCacheSession(Protocol):
 
     async def free_segment(self, segment: int) -> None: ...
 
-    async def append_from(self, dst: int, src: int) -> None:
+    async def append_from(self, dst: int, src: int, *, clear: bool = False) -> None:
         """Copy ``src``'s tokens onto the end of ``dst`` (keys re-rotated to their new place; no forward).
 
         A finished step folded into the history this way keeps a view at a few segments however long
-        the run; ``src`` is left as it was (free it when no view lists it).
+        the run; ``src`` is left as it was (free it when no view lists it), or with ``clear`` emptied
+        in the same call (its blocks freed; the next write places it anew): a worker's next step.
         """
         ...
 

@@ -275,6 +275,9 @@ class EngineSharedSession:
     async def new_segment(self) -> int:
         return await self.runtime.call(self.cache.new_segment)
 
+    async def new_segments(self, count: int) -> list[int]:
+        return await self.runtime.call(lambda: [self.cache.new_segment() for _ in range(count)])
+
     async def forward(
         self, rows: Sequence[SharedRow], *, suppress_token_ids: Sequence[int] = (), greedy: bool = False
     ) -> list[SharedSample]:
@@ -287,8 +290,15 @@ class EngineSharedSession:
     async def free_segment(self, segment: int) -> None:
         await self.runtime.call(partial(self.cache.free_segment, segment))
 
-    async def append_from(self, dst: int, src: int) -> None:
-        await self.runtime.call(partial(self.cache.append_from, dst, src))
+    async def append_from(self, dst: int, src: int, *, clear: bool = False) -> None:
+        cache = self.cache
+
+        def fold() -> None:
+            cache.append_from(dst, src)
+            if clear:
+                cache.clear_segment(src)
+
+        await self.runtime.call(fold)
 
 
 def _built_off_this_thread(build: Callable[[], LLMEngine]) -> LLMEngine:

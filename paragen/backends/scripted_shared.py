@@ -107,13 +107,18 @@ class ScriptedSharedSession:
         self.segments[segment] = []
         return segment
 
+    async def new_segments(self, count: int) -> list[int]:
+        return [await self.new_segment() for _ in range(count)]
+
     async def free_segment(self, segment: int) -> None:
         del self.segments[segment]
         self.freed.append(segment)
 
-    async def append_from(self, dst: int, src: int) -> None:
+    async def append_from(self, dst: int, src: int, *, clear: bool = False) -> None:
         assert dst != src and dst in self.segments and src in self.segments, f"append_from({dst}, {src})"
         self.segments[dst].extend(self.segments[src])
+        if clear:
+            self.segments[src] = []
 
     async def forward(
         self, rows: Sequence[SharedRow], *, suppress_token_ids: Sequence[int] = (), greedy: bool = False
