@@ -24,8 +24,10 @@
  * Paths, by what the CPU and the cache are:
  * - AVX512-BF16 and a bf16 cache, head_dim a multiple of 32: the scores as products of bf16 pairs
  *   (vdpbf16ps, fp32 sums), as FlashAttention computes them: keys as stored, each 16 transposed so
- *   a lane holds a key, the rotated queries rounded to bf16; the values widened to fp32 and summed
- *   with fp32 probabilities.
+ *   a lane holds a key, the rotated queries rounded to bf16. A class of several tokens: up to 4
+ *   tokens' queries scored together per block, probabilities rounded to bf16 and summed with the
+ *   values by vdpbf16ps too; a class of one (a plain decode row) widens the values to fp32 and sums
+ *   them with fp32 probabilities.
  * - AVX-512 without BF16, bf16 cache: keys and values widened to fp32 in a permuted order (a 64-byte
  *   load holds 32 bf16: its even elements are the low halves of 16 32-bit lanes, the odd ones the
  *   high halves, two instructions to widen both), queries stored permuted the same way so the dot
@@ -336,6 +338,24 @@ static inline __attribute__((always_inline)) void score_keys(const __m512i *kt, 
     }
 }
 
+/* The scores of 16 transposed keys by ``n`` (<= 4) tokens' queries at once, each token one rotation
+ * for the whole block (``q[t]``: its group of queries, as in score_keys), all 16 lanes stored to
+ * scores[t] + g * stride: each key pair loaded once for n * group queries, one sum per query. */
+static inline __attribute__((always_inline)) void score_keys_n(const __m512i *kt, const uint32_t *const *q,
+                                                               float *const *scores, size_t stride, const int n,
+                                                               const int group, const int chunks) {
+    __m512 sums[4 * MAX_GROUP];
+    for (int i = 0; i < n * group; i++) sums[i] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int j = 0; j < 16 * chunks; j++) {
+        const __m512bh k = (__m512bh)kt[j];
+#pragma GCC unroll 12
+        for (int i = 0; i < n * group; i++)
+            sums[i] = _mm512_dpbf16_ps(sums[i], k, (__m512bh)_mm512_set1_epi32((int)q[i / group][(i % group) * 16 * chunks + j]));
+    }
+    for (int i = 0; i < n * group; i++) _mm512_storeu_ps(scores[i / group] + (size_t)(i % group) * stride, sums[i]);
+}
+
 /* exp(x) of 16 lanes, x <= 0 (scores less their maximum): 2^n times a polynomial of the rest, a
  * tenth of a 4-worker pass's attention cheaper than libm's. Relative error 2e-7 near 0, growing to
  * ~5e-6 at -87 (x log2 e rounded); x below -87 counts as -87 (e^-87 ~ 1.6e-38, nothing beside the
@@ -455,9 +475,11 @@ static inline __attribute__((always_inline)) void sum_widened(const Unit *units,
  * group <= MAX_GROUP; inlined with constant sizes so the sums stay in registers. Each block of 16
  * keys is transposed once and scored by every token of the class (each lane by that token's
  * rotation for it: a block where the choice changes is scored once per choice in it), so a key is
- * loaded from memory once and its scores need no horizontal sums. The probabilities are
- * exp(score - max), normalised once at the end; the values summed by ``sum_paired`` for a class of
- * several tokens, by ``sum_widened`` for one. */
+ * loaded from memory once and its scores need no horizontal sums; where tokens read a whole block
+ * at one rotation each (nearly every block of a session's workers), up to 4 of them are scored
+ * together, each key pair loaded once for all their queries. The probabilities are exp(score -
+ * max), normalised once at the end; the values summed by ``sum_paired`` for a class of several
+ * tokens, by ``sum_widened`` for one. */
 static inline __attribute__((always_inline)) void attend_class_bf16_g(const Layer *L, const int32_t *tokens,
                                                                       int num_tokens, int head, float *scratch,
                                                                       const int group, const int chunks) {
@@ -493,7 +515,27 @@ static inline __attribute__((always_inline)) void attend_class_bf16_g(const Laye
                     _mm_prefetch((const char *)(keys + (size_t)slots[first + LANES + i] * d + 32 * line), _MM_HINT_T0);
         }
         transpose_keys(key, chunks, block);
-        for (int j = 0; j < num_tokens; j++) {
+        int32_t j = 0;
+        for (; j + 1 < num_tokens; j += 4) {  /* tokens that read the whole block at one rotation, 4 at a time */
+            const int n = num_tokens - j < 4 ? num_tokens - j : 4;
+            const uint32_t *q[4];
+            float *at[4];
+            int whole = 1;
+            for (int t = 0; t < n && whole; t++) {
+                const Unit *u = &units[j + t];
+                const int32_t chosen = u->which == NULL ? 0 : u->which[first];
+                whole = u->count - first >= LANES
+                        && (u->which == NULL
+                            || _mm512_cmpeq_epi32_mask(_mm512_loadu_si512((const void *)(u->which + first)), _mm512_set1_epi32(chosen)) == 0xFFFF);
+                q[t] = (const uint32_t *)(scratch + per_token * (j + t)) + (size_t)chosen * group * d / 2;
+                at[t] = scratch + per_token * (j + t) + q_words + first;
+            }
+            if (!whole) break;
+            if (n == 4) score_keys_n(block, q, at, score_len, 4, group, chunks);
+            else if (n == 3) score_keys_n(block, q, at, score_len, 3, group, chunks);
+            else score_keys_n(block, q, at, score_len, 2, group, chunks);
+        }
+        for (; j < num_tokens; j++) {
             const int32_t n = units[j].count - first < LANES ? units[j].count - first : LANES, *which = units[j].which;
             if (n <= 0) continue;
             const uint32_t *rounded = (const uint32_t *)(scratch + per_token * j);
