@@ -391,6 +391,35 @@ static inline float exp_pairs(const float *s, int32_t count, uint16_t *half) {
     return _mm512_reduce_add_ps(total);
 }
 
+/* Adds ``num_pairs`` interleaved key pairs of ``block`` to the value sums of ``n`` (1 or 2) tokens,
+ * token t's data at ``data + t * per_token`` (scores, probability pairs from ``first_pair``, sums):
+ * each block vector loaded once for n * group queries. */
+static inline __attribute__((always_inline)) void add_pairs(const __m512i *block, int num_pairs, float *data,
+                                                            size_t per_token, const int n, size_t score_len,
+                                                            size_t pair_len, int32_t first_pair, const int group,
+                                                            const int chunks) {
+    const int d = 32 * chunks;
+    const uint32_t *pairs[2];
+    float *sums[2];
+    __m512 totals[2][MAX_GROUP][2 * 8];  /* per token, query, chunk: its low and high words' dimensions */
+    for (int t = 0; t < n; t++) {
+        pairs[t] = (const uint32_t *)(data + per_token * t + (size_t)group * score_len) + first_pair;
+        sums[t] = (float *)(pairs[t] - first_pair + (size_t)group * pair_len);
+        for (int g = 0; g < group; g++)
+            for (int c = 0; c < 2 * chunks; c++) totals[t][g][c] = _mm512_loadu_ps(sums[t] + g * d + 16 * c);
+    }
+    for (int m = 0; m < num_pairs; m++)
+        for (int t = 0; t < n; t++)
+            for (int g = 0; g < group; g++) {
+                const __m512bh p = (__m512bh)_mm512_set1_epi32((int)pairs[t][(size_t)g * pair_len + m]);
+                for (int c = 0; c < 2 * chunks; c++)
+                    totals[t][g][c] = _mm512_dpbf16_ps(totals[t][g][c], (__m512bh)block[m * 2 * chunks + c], p);
+            }
+    for (int t = 0; t < n; t++)
+        for (int g = 0; g < group; g++)
+            for (int c = 0; c < 2 * chunks; c++) _mm512_storeu_ps(sums[t] + g * d + 16 * c, totals[t][g][c]);
+}
+
 /* The value sums of a class of several tokens, as FlashAttention forms them: probabilities rounded
  * to bf16, two keys' values per pair of bf16 lanes (interleaved once per block for the class), one
  * vdpbf16ps per two keys and 16 dimensions, fp32 sums. unpacklo/hi work per 128-bit lane: lane l of
@@ -417,22 +446,14 @@ static inline __attribute__((always_inline)) void sum_paired(const Unit *units, 
                 block[(m * chunks + c) * 2 + 1] = _mm512_unpackhi_epi16(a, b);
             }
         }
-        for (int j = 0; j < num_tokens; j++) {
+        int j = 0;
+        for (; j + 1 < num_tokens; j += 2) {  /* two tokens that read the whole block, together */
+            if (units[j].count - first < size || units[j + 1].count - first < size) break;
+            add_pairs(block, (size + 1) / 2, data + per_token * j, per_token, 2, score_len, pair_len, first / 2, group, chunks);
+        }
+        for (; j < num_tokens; j++) {
             const int32_t left = units[j].count - first < size ? units[j].count - first : size;
-            if (left <= 0) continue;
-            const uint32_t *pairs = (const uint32_t *)(data + per_token * j + (size_t)group * score_len);
-            float *sums = (float *)(pairs + (size_t)group * pair_len);
-            __m512 totals[MAX_GROUP][2 * 8];  /* per query, per chunk: its low and high words' dimensions */
-            for (int g = 0; g < group; g++)
-                for (int c = 0; c < 2 * chunks; c++) totals[g][c] = _mm512_loadu_ps(sums + g * d + 16 * c);
-            for (int m = 0; 2 * m < left; m++)
-                for (int g = 0; g < group; g++) {
-                    const __m512bh p = (__m512bh)_mm512_set1_epi32((int)pairs[(size_t)g * pair_len + first / 2 + m]);
-                    for (int c = 0; c < 2 * chunks; c++)
-                        totals[g][c] = _mm512_dpbf16_ps(totals[g][c], (__m512bh)block[m * 2 * chunks + c], p);
-                }
-            for (int g = 0; g < group; g++)
-                for (int c = 0; c < 2 * chunks; c++) _mm512_storeu_ps(sums + g * d + 16 * c, totals[g][c]);
+            if (left > 0) add_pairs(block, (left + 1) / 2, data + per_token * j, per_token, 1, score_len, pair_len, first / 2, group, chunks);
         }
     }
 }
