@@ -332,9 +332,9 @@ def _built_off_this_thread(build: Callable[[], LLMEngine]) -> LLMEngine:
 def fast_decode(tokenizer: Any) -> Callable[[list[int]], str]:
     """``tokenizer.decode`` without transformers' per-call conversions where it adds nothing.
 
-    Every worker's every token is decoded (twice: the text before it and after), so the wrapper's
-    argument checks were a third of a Hogwild! session's Python per pass. A fast tokenizer that
-    does not clean up spaces decodes the same through its Rust tokenizer.
+    Every worker's every token is decoded twice a pass (the text before it and after): 2.7 us a
+    call through the wrapper's argument conversions, 1.0 through the Rust tokenizer, which decodes
+    the same for a fast tokenizer that does not clean up spaces.
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or getattr(tokenizer, "clean_up_tokenization_spaces", True):
