@@ -161,7 +161,7 @@ def check_groups(
 # head_dim 64 in bf16: the AVX-512 path where the CPU has it, its own code for 3 heads a KV head
 @pytest.mark.parametrize(("heads", "head_dim"), [(HEADS, D), (HEADS, 64), (2 * KV_HEADS, 64)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("num_new", [1, 3])
+@pytest.mark.parametrize("num_new", [1, 3, 9])  # 9: a step header's row, a class cut at MAX_CLASS
 def test_fused_matches_per_row_attention(
     num_new: int, dtype: torch.dtype, heads: int, head_dim: int, kernel_build: str
 ) -> None:
