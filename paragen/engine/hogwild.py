@@ -60,16 +60,18 @@ class SharedCache:
         return seg
 
     def free_segment(self, seg: int) -> None:
-        self.clear_segment(seg)
+        self._release(seg)
         del self.segments[seg]
 
     def clear_segment(self, seg: int) -> None:
         """Empty the segment: its blocks freed, the id kept (the next write places it anew)."""
-        self._check_open()
-        segment = self._segment(seg)
-        self.engine.prompt_heads.drop((id(self), seg))
-        self.engine.blocks.release(segment.blocks)
+        self._release(seg)
         self.segments[seg] = Segment()
+
+    def _release(self, seg: int) -> None:
+        self._check_open()
+        self.engine.prompt_heads.drop((id(self), seg))
+        self.engine.blocks.release(self._segment(seg).blocks)
 
     def close(self) -> None:
         """Free every segment's blocks (idempotent)."""

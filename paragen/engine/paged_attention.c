@@ -116,11 +116,18 @@ static void rotate_queries(const Layer *L, const Unit *u, float *queries, int pe
     }
 }
 
-/* exp(score - max) of ``count`` (>= 1) scores, in place; returns their sum. The maximum starts at
- * the first score, not at -INFINITY: -ffast-math lets the compiler assume no infinities. */
-static float exp_less_max(float *s, int32_t count) {
-    float top = s[0], total = 0.0f;
+/* The largest of ``count`` (>= 1) scores. It starts at the first, not at -INFINITY: -ffast-math lets
+ * the compiler assume no infinities. */
+static inline float max_of(const float *s, int32_t count) {
+    float top = s[0];
     for (int32_t i = 0; i < count; i++) top = s[i] > top ? s[i] : top;
+    return top;
+}
+
+/* exp(score - max) of ``count`` (>= 1) scores, in place; returns their sum. */
+static float exp_less_max(float *s, int32_t count) {
+    const float top = max_of(s, count);
+    float total = 0.0f;
     for (int32_t i = 0; i < count; i++) {
         s[i] = expf(s[i] - top);
         total += s[i];
@@ -378,8 +385,7 @@ static inline __m512 exp_nonpositive(__m512 x) {
  * pair's second 0 when ``count`` is odd (its key is read but weighs nothing); returns their sum in
  * fp32. The probabilities go to bf16 next, so a polynomial exp does (see exp_nonpositive). */
 static inline float exp_pairs(const float *s, int32_t count, uint16_t *half) {
-    float top = s[0];
-    for (int32_t i = 0; i < count; i++) top = s[i] > top ? s[i] : top;
+    const float top = max_of(s, count);
     __m512 total = _mm512_setzero_ps();
     for (int32_t i = 0; i < count; i += 16) {
         const __mmask16 live = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1);
