@@ -2,7 +2,8 @@
 
 - decode tokens/s at n = 1, 8, 32 against HF ``generate`` (same weights, dtype and prompt);
 - aggregate tokens/s for n = 8 samples against llama.cpp (llama-cpp-python, the same GGUF)
-  generating the same 8 samples one after another (skipped when llama_cpp is missing);
+  generating the same 8 samples one after another, in a child process: a baseline that is missing or
+  crashes is null in the JSON, with a line saying why;
 - fraction of the machine's limit: n = 64 against measured matmul FLOP/s / FLOPs per token,
   n = 1 against measured memory bandwidth / bytes of weights read per step;
 - prefill time of one prompt shared by n = 16 against n = 1.
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from baselines import run_isolated
 
 from paragen.engine import loader
 from paragen.engine.llm_engine import LLMEngine
@@ -72,12 +74,23 @@ def hf_tps(model: Any, ids: list[int], n: int, tokens: int) -> float:
     return n * tokens / best_time(lambda: model.generate(inputs, num_return_sequences=n, **kwargs))
 
 
-def llamacpp_tps(gguf: str, prompt: str, n: int, tokens: int, threads: int) -> float | None:
+def llamacpp_tps(gguf: str, n: int, tokens: int, threads: int) -> tuple[float | None, str | None]:
+    """llama.cpp's aggregate tokens/s, measured in a child process (``--llamacpp-child``), or why not."""
+    child = [__file__, "--llamacpp-child", gguf, "--tokens", str(tokens), "--threads", str(threads)]
+    return run_isolated([*child, "--n", str(n)])
+
+
+def llamacpp_child(gguf: str, n: int, tokens: int, threads: int) -> None:
     try:
         from llama_cpp import Llama
     except ImportError:
-        return None
-    llm = Llama(model_path=gguf, n_ctx=512, n_threads=threads, n_batch=512, verbose=False, seed=0)
+        print("none: llama_cpp is not installed")
+        return
+    print(llamacpp_measure(Llama, gguf, PROMPT, n, tokens, threads))
+
+
+def llamacpp_measure(llama: Any, gguf: str, prompt: str, n: int, tokens: int, threads: int) -> float:
+    llm = llama(model_path=gguf, n_ctx=512, n_threads=threads, n_batch=512, verbose=False, seed=0)
     eos = llm.token_eos()
 
     def run() -> None:
@@ -173,7 +186,13 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--llamacpp-child", metavar="GGUF", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, default=8, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.llamacpp_child:
+        llamacpp_child(args.llamacpp_child, args.n, args.tokens, args.threads)
+        return
     engine = LLMEngine(args.model, device=args.device, kv_cache_mb=2048)
     print(
         f"model {args.model or 'SmolLM2-135M-Instruct'}, {engine.dtype}, {args.device}, "
@@ -198,12 +217,13 @@ def main() -> None:
         del hf
     gguf = args.model if args.model and args.model.endswith(".gguf") else None
     gguf = gguf or (None if args.model else str(loader.default_model_path()))
+    why: str | None = "not a GGUF model on the CPU"
     raw["llamacpp_n8"] = None
     if gguf and args.device == "cpu":
-        raw["llamacpp_n8"] = llamacpp_tps(gguf, PROMPT, 8, args.tokens, torch.get_num_threads())
+        raw["llamacpp_n8"], why = llamacpp_tps(gguf, 8, args.tokens, torch.get_num_threads())
         raw["engine_n8"] = max(raw["engine_n8"], engine_tps(engine, ids, 8, args.tokens))
     if raw["llamacpp_n8"] is None:
-        print("llama.cpp  skipped (llama_cpp not installed, or not a GGUF model on CPU)")
+        print(f"llama.cpp  no figure: {why}")
     else:
         print(
             f"llama.cpp  8 sequential {raw['llamacpp_n8']:8.1f} tok/s   "

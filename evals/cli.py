@@ -334,10 +334,19 @@ def _budgets(text: str | None, flag: str) -> list[float]:
     return values
 
 
+def _run_folder(path: Path) -> Path:
+    """A run folder, also when the user names its records file (``paragen report RUN/records.jsonl``)."""
+    if path.name == "records.jsonl" and path.is_file():
+        return path.parent
+    if path.is_file():
+        raise ConfigError(f"{path} is a file", hint="give the run folder (the one that holds records.jsonl)")
+    return path
+
+
 def _show(runs: Path | list[Path], *, fmt: str, do_regrade: bool, plot: bool, **options: Any) -> None:
     from evals.report import build_report, print_report, render
 
-    runs = [runs] if isinstance(runs, Path) else runs
+    runs = [_run_folder(run) for run in ([runs] if isinstance(runs, Path) else runs)]
     csv_table = options.pop("csv_table", "summary")
     if fmt not in ("table", "json", "csv", "md"):
         raise ConfigError(f"unknown format {fmt!r}", hint="use table, json, csv or md")

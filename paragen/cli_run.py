@@ -110,6 +110,11 @@ def show(result: StrategyResult, console: Console | None = None) -> None:
             why[:60],
         )
     console.print(table)
+    samples = [t for t in result.traces if t.kind == "sample"]
+    failed = [t for t in samples if t.status == "error"]
+    if failed:
+        # A run can end "done" over the samples that survived: say that some did not, and why.
+        console.print(f"[yellow]{len(failed)} of {len(samples)} samples failed[/yellow]: {failed[0].error}")
     u = result.usage
     ttft = "-" if u.ttft_s is None else f"{u.ttft_s:.3f}s"
     console.print(

@@ -195,6 +195,7 @@ class Fanout:
                             await ledger.cancel_all("budget")
                         if self._watching:
                             await self._after_delta(live)
+                    error = unfinished(live)
         except BackendError as exc:
             error = exc.one_line()
         finally:
@@ -236,6 +237,11 @@ class Fanout:
                             end_choice(live)
                         elif self._watching:
                             await self._after_delta(live)
+                    for live in lives:  # the stream ended: a choice still running was ended by the server
+                        why = unfinished(live) if live.is_running else None
+                        if why is not None:
+                            live.apply_usage(stream.usage, choices=len(lives))
+                            self._end(live, why)
         except BackendError as exc:
             error = exc.one_line()
         finally:
@@ -305,6 +311,19 @@ class ToolSpan:
             trace.error = None if cancelled else f"{type(exc).__name__}: {exc}"
         trace.finish_reason = "stop" if trace.status == "ok" else "abort"
         self._account.ended(trace)
+
+
+def unfinished(live: LiveSample) -> str | None:
+    """Why a sample whose stream ended without its last delta failed: the server ended it, not paragen
+    (a llama-cpp-python server ends a running stream this way when the next request arrives, unless it
+    was started with ``--interrupt_requests False``); None when it finished or paragen stopped it."""
+    if live.finished or live.stop_reason is not None:
+        return None
+    return (
+        "BackendProtocolError: the server ended the stream before the sample finished (no finish "
+        "reason); a llama.cpp server does so when another request arrives unless started with "
+        "--interrupt_requests False"
+    )
 
 
 def _single(request: GenerateRequest, index: int) -> GenerateRequest:

@@ -22,13 +22,19 @@ from paragen.accounting import summarize
 from paragen.backends.base import Backend, open_backend
 from paragen.config import Budget
 from paragen.context import RunContext
+from paragen.errors import ConfigError
 from paragen.events import EventSink, RunEnded
 from paragen.ledger import Ledger
 from paragen.outcome import StopReason, classify, leaves
 from paragen.scoring.llm import check_logprobs
 from paragen.scoring.pool import LLM_VERIFIER, Scorers
-from paragen.strategy import Strategy
+from paragen.strategy import Strategy, build_strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
+
+# What run() and the many-problem methods take: a strategy object or a registered name; a Problem or a
+# question's text.
+StrategyLike = Strategy | str
+ProblemLike = Problem | str
 
 
 class Orchestrator:
@@ -86,12 +92,15 @@ class Orchestrator:
             await open_backend(self.backend)
             self._opened = True
 
-    async def run(self, strategy: Strategy, problem: Problem) -> StrategyResult:
+    async def run(self, strategy: StrategyLike, problem: ProblemLike) -> StrategyResult:
         """Run ``strategy`` on ``problem``: a result, unless cancelled from outside or the strategy has a bug.
 
+        ``strategy`` is a Strategy or a registered name (built with its default config); ``problem`` a
+        Problem or a question's text. Anything else is a ConfigError saying what is taken.
         A bug (anything but a spent budget, a passed deadline or a backend failure) is raised as
         itself, unwrapped from the exception groups it crossed, with its own traceback.
         """
+        strategy, problem = as_strategy(strategy), as_problem(problem)
         await self.open()
         await self.open_verifiers(strategy)
         ledger = Ledger(self.budget, self.on_event)
@@ -171,7 +180,7 @@ class Orchestrator:
             }
         )
 
-    async def run_many(self, strategy: Strategy, problems: Sequence[Problem]) -> list[StrategyResult]:
+    async def run_many(self, strategy: StrategyLike, problems: Sequence[ProblemLike]) -> list[StrategyResult]:
         """Run ``strategy`` on every problem, at most ``limit`` at once; results in input order."""
         results: list[StrategyResult | None] = [None] * len(problems)
         async with self.stream_many(strategy, problems) as finished:
@@ -181,7 +190,7 @@ class Orchestrator:
 
     @asynccontextmanager
     async def stream_many(
-        self, strategy: Strategy, problems: Sequence[Problem]
+        self, strategy: StrategyLike, problems: Sequence[ProblemLike]
     ) -> AsyncIterator[AsyncIterator[tuple[int, StrategyResult]]]:
         """Yield (input index, result) pairs as problems finish, at most ``limit`` running at once.
 
@@ -202,13 +211,15 @@ class Orchestrator:
 
     @asynccontextmanager
     async def stream_outcomes(
-        self, strategy: Strategy, problems: Sequence[Problem]
+        self, strategy: StrategyLike, problems: Sequence[ProblemLike]
     ) -> AsyncIterator[AsyncIterator[tuple[int, StrategyResult | Exception]]]:
         """Like ``stream_many``, but a run that raised yields its exception and the others go on.
 
         What a harness needs: one problem's bug is that problem's record, never the sweep's end.
         Cancellation (and KeyboardInterrupt) still ends them all.
         """
+        strategy = as_strategy(strategy)
+        given = [as_problem(p) for p in problems]
         await self.open()
         await self.open_verifiers(strategy)
         send, recv = anyio.create_memory_object_stream[tuple[int, StrategyResult | Exception]](math.inf)
@@ -225,7 +236,7 @@ class Orchestrator:
 
         async def all_problems() -> None:
             async with send, anyio.create_task_group() as tg:
-                for index, problem in enumerate(problems):
+                for index, problem in enumerate(given):
                     tg.start_soon(one, index, problem)
 
         async with anyio.create_task_group() as tg:
@@ -242,3 +253,29 @@ async def _raising(
         if isinstance(outcome, Exception):
             raise outcome
         yield index, outcome
+
+
+def as_strategy(strategy: object) -> Strategy:
+    """A Strategy as given, or the registered strategy of that name with its default config."""
+    if isinstance(strategy, str):
+        return build_strategy(strategy)
+    if isinstance(strategy, Strategy):
+        return strategy
+    raise ConfigError(
+        f"expected a Strategy or a registered strategy name, got {type(strategy).__name__}",
+        hint="e.g. Orchestrator.run('majority', problem) or Orchestrator.run(Majority(n=8), problem)",
+    )
+
+
+def as_problem(problem: object) -> Problem:
+    """A Problem as given, or one whose question is the text given."""
+    if isinstance(problem, str):
+        if not problem.strip():
+            raise ConfigError("the question is empty")
+        return Problem(question=problem)
+    if isinstance(problem, Problem):
+        return problem
+    raise ConfigError(
+        f"expected a Problem or a question's text, got {type(problem).__name__}",
+        hint="e.g. Orchestrator.run(strategy, 'What is 7 + 5?') or Problem(id='q1', question=...)",
+    )

@@ -42,7 +42,9 @@ class StepFields(VerifierFields):
     """Fields of the step-by-step searches (beam search, DVTS, particle filtering)."""
 
     max_depth: int = Field(default=40, ge=1, le=1000, description="steps at most (search-and-learn: 40)")
-    step_max_tokens: int = Field(default=512, gt=0, description="tokens one step may take")
+    step_max_tokens: int = Field(
+        default=512, gt=0, description="tokens one step may take (max_tokens bounds all steps of a solution)"
+    )
     finish_at_limit: bool = Field(
         default=True, description="the last depth writes to the end (no delimiter stop), as search-and-learn"
     )
@@ -76,6 +78,7 @@ class Path:
     scores: tuple[float, ...] = ()
     finished: bool = False
     answer: str | None = None
+    tokens: int = 0  # the steps' completion tokens together: a run's max_tokens bounds them
 
     def text(self, delimiter: str) -> str:
         return delimiter.join(self.steps)

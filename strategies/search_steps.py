@@ -8,7 +8,9 @@ costs one generation plus one score on the critical path, not all generations th
 
 A proposal ends its path when it boxes an answer, is empty (the model stopped at once, which the
 delimiter's "stop" cannot be told apart from otherwise), was cut by ``step_max_tokens``
-(search-and-learn counts "length" as finished too) or was written at the depth limit.
+(search-and-learn counts "length" as finished too), was written at the depth limit, or used up the
+run's ``max_tokens``: as in every strategy, that bounds one solution's length (here its steps
+together), so a step asks for no more than the solution has left.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def step_request(
     ctx: RunContext, cfg: StepFields, question: str, path: Path, *, last: bool, seed: int | None
 ) -> GenerateRequest:
     """The next step of ``path``: the steps so far prefilled, stopped at the delimiter (unless ``last``)."""
-    params: dict[str, Any] = {"seed": seed}
+    left = ctx.defaults.max_tokens - path.tokens
+    params: dict[str, Any] = {"seed": seed, "max_tokens": left}
     if not last:
-        params.update(stop=(*ctx.defaults.stop, cfg.delimiter), max_tokens=cfg.step_max_tokens)
+        params.update(stop=(*ctx.defaults.stop, cfg.delimiter), max_tokens=min(cfg.step_max_tokens, left))
     params.update(
         {k: v for k, v in (("temperature", cfg.temperature), ("top_p", cfg.top_p)) if v is not None}
     )
@@ -51,8 +54,10 @@ def step_request(
     return ctx.request(messages=[*messages, prefix], continue_final=True, **params)
 
 
-def ends_path(trace: Trace, step: str, *, last: bool) -> bool:
-    return last or trace.finish_reason != "stop" or not step.strip() or last_boxed(step) is not None
+def ends_path(trace: Trace, step: str, *, last: bool, spent: bool) -> bool:
+    """Whether this step ends its path; ``spent``: the solution has used the run's max_tokens."""
+    done = trace.finish_reason != "stop" or not step.strip() or last_boxed(step) is not None
+    return last or spent or done
 
 
 class StepSearch:
@@ -127,11 +132,12 @@ class _Depth:
 
     def proposal(self, path: Path, trace: Trace) -> Path:
         self.search.traces[trace.id] = trace
-        step = trace.text
-        ended = ends_path(trace, step, last=self.last)
+        step, tokens = trace.text, path.tokens + trace.completion_tokens
+        spent = tokens >= self.search.ctx.defaults.max_tokens
+        ended = ends_path(trace, step, last=self.last, spent=spent)
         self.ended += ended
         steps = path.steps if ended and not step.strip() and path.steps else (*path.steps, step)
-        return Path(steps=steps, trace_ids=(*path.trace_ids, trace.id), finished=ended)
+        return Path(steps=steps, trace_ids=(*path.trace_ids, trace.id), finished=ended, tokens=tokens)
 
     async def maybe_stop(self) -> None:
         if self.stop_after is None or self.stopped is not None or self.ended < self.stop_after:

@@ -69,6 +69,9 @@ class OpenAIBackend:
             limits=httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=64),
         )
         self._tokenize: dict[str, str | None] = {}  # replica url -> working tokenize path (None: none)
+        # Prompt counts for servers that stream no usage (llama-cpp-python): n samples of one prompt
+        # cost one tokenize request, not n.
+        self._prompt_counts: dict[str, tuple[int, str]] = {}
         self._opened = False  # open() probes once; replicas down then are the health check's
         self._watched = False  # a background task (watch_health) checks down replicas, not requests
 
@@ -223,6 +226,18 @@ class OpenAIBackend:
                 response = await self._client.get(f"{replica.url}/models", timeout=2.0)
                 if response.is_success:
                     self.pool.mark_up(replica)
+
+    async def count_prompt(self, text: str) -> tuple[int, str]:
+        """``count_tokens`` of a prompt, remembered: a server streaming no usage is asked once per prompt."""
+        if text not in self._prompt_counts:
+            try:
+                counted = await self.count_tokens(text)
+            except BackendError:  # the sample is done: a count that cannot be had is estimated
+                return estimate_tokens(text), "estimate"
+            if len(self._prompt_counts) >= 1024:
+                self._prompt_counts.pop(next(iter(self._prompt_counts)))
+            self._prompt_counts[text] = counted
+        return self._prompt_counts[text]
 
     async def count_tokens(self, text: str) -> tuple[int, str]:
         """Count with the server's tokenizer where it has an endpoint for it, else estimate."""

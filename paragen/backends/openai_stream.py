@@ -47,6 +47,8 @@ class StreamOwner(Protocol):
 
     def endpoint_for(self, request: GenerateRequest) -> Endpoint: ...
 
+    async def count_prompt(self, text: str) -> tuple[int, str]: ...
+
 
 _SSE_HEADERS = {"Accept": "text/event-stream"}
 
@@ -109,6 +111,8 @@ class HTTPStream:
                             self._num_seen += 1
                             self._texts.append(delta.text)
                             yield delta
+                if not self.usage.prompt_tokens:
+                    await self._count_prompt()
                 return
             except BackendError as exc:
                 if isinstance(exc, BackendConnectionError):
@@ -128,6 +132,20 @@ class HTTPStream:
         start = self.usage.completion_tokens if self._num_seen else 0
         race = Race(self._attempt, self.usage, self._backend.pool, delay, start_tokens=start)
         return race.deltas(replica, lease, self._request.affinity)
+
+    async def _count_prompt(self) -> None:
+        """Count the prompt where the whole stream said nothing of it (llama-cpp-python streams no
+        usage): with the server's tokenizer where it has one; a chat prompt's count leaves out its
+        template's tokens, so it is an estimate. A caller that leaves at the last delta skips this."""
+        request = self._request
+        if request.messages is None:
+            count, source = await self._backend.count_prompt(request.prompt or "")
+        else:
+            count, _ = await self._backend.count_prompt("\n".join(m.content for m in request.messages))
+            source = "estimate"
+        self.usage.prompt_tokens = count * request.n
+        if source == "estimate":
+            self.usage.source = "estimate"
 
     def _can_resume(self, failed: Replica) -> bool:
         """Whether another attempt can go on without repeating what the caller has seen."""

@@ -198,7 +198,7 @@ class Router:
 def _agree(what: str, first: Any, second: Any, model: str) -> Any:
     if first is not None and second is not None and first != second:
         raise bad_request(
-            f"the request names two different {what}s ({first!r} and {second!r}); model {model!r}",
+            f"the request names two values of {what} ({first!r} and {second!r}); model {model!r}",
             param=f"paragen.{what}",
             code="conflicting_parameters",
         )

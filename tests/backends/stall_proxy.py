@@ -77,7 +77,9 @@ class StallProxy:
         """Client to server; a new POST starts a request; the client hanging up ends the connection."""
         try:
             async for data in client:
-                if data.startswith(b"POST "):
+                # A completion starts a request; paragen's tokenize calls (prompt counts for a server that
+                # streams no usage) pass through uncounted and never stall.
+                if data.startswith(b"POST ") and b"completions " in data.split(b"\r\n", 1)[0]:
                     posts = len(self.requests) + 1
                     request = _Request(stalled=self.every > 0 and posts % self.every == 0)
                     self.requests.append(request)

@@ -75,7 +75,7 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: 
     pytest.fail(f"llama_cpp.server not ready after {timeout}s:\n{log.read_text()[-2000:]}")
 
 
-def _start(log: Path) -> tuple[str, subprocess.Popen[bytes]]:
+def _start(log: Path, *, interrupt: bool = False) -> tuple[str, subprocess.Popen[bytes]]:
     if not _installed("llama_cpp"):
         _missing("llama-cpp-python is not installed")
     model, port = _model_path(), _free_port()
@@ -83,7 +83,7 @@ def _start(log: Path) -> tuple[str, subprocess.Popen[bytes]]:
     command += ["--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
     # Off, so a new request does not cut the running one short: only our closing the
     # stream may stop it, which is what the early-exit test checks.
-    command += ["--interrupt_requests", "False"]
+    command += ["--interrupt_requests", str(interrupt)]
     with log.open("wb") as out:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its log is read by the tests
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -122,6 +122,14 @@ def llama_server(llama_log: Path) -> Iterator[str]:
 def second_llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Another replica, for pool tests."""
     url, process = _start(tmp_path_factory.mktemp("llama2") / "server.log")
+    yield url
+    _stop(process)
+
+
+@pytest.fixture(scope="module")
+def interrupting_llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server left at llama-cpp-python's default: each new request cuts the running one short."""
+    url, process = _start(tmp_path_factory.mktemp("llama-interrupting") / "server.log", interrupt=True)
     yield url
     _stop(process)
 
@@ -214,4 +222,45 @@ async def test_pool_of_two_real_replicas(llama_server: str, second_llama_server:
     await _fan(backend, affinity="problem-7")
     assert sorted(r.num_requests for r in backend.pool.replicas) == [2, 6]  # one problem, one replica
     assert all(r.num_outstanding == 0 for r in backend.pool.replicas)
+    await backend.aclose()
+
+
+async def test_the_prompt_is_counted_with_the_servers_tokenizer_where_it_streams_no_usage(
+    llama_server: str,
+) -> None:
+    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
+    prompt = "Count the words of this prompt, please:"
+    async with backend.stream(GenerateRequest(prompt=prompt, params=greedy(4))) as stream:
+        [d async for d in stream]
+    async with httpx.AsyncClient() as client:
+        url = llama_server.removesuffix("/v1") + "/extras/tokenize"
+        expected = await client.post(url, json={"input": prompt})
+    assert stream.usage.prompt_tokens == len(expected.json()["tokens"]) > 0
+    chat = GenerateRequest(messages=[ChatMessage(role="user", content=prompt)], params=greedy(4))
+    async with backend.stream(chat) as stream:
+        [d async for d in stream]
+    # The chat template's own tokens are not in the count: an estimate, and labelled one.
+    assert stream.usage.prompt_tokens > 0 and stream.usage.source == "estimate"
+    await backend.aclose()
+
+
+async def test_samples_the_server_cut_short_are_failures_that_the_run_reports(
+    interrupting_llama_server: str,
+) -> None:
+    """llama-cpp-python's default ends a running stream with [DONE] when the next request arrives."""
+    from rich.console import Console
+
+    from paragen.cli_run import show
+    from paragen.orchestrator import Orchestrator
+
+    backend = OpenAIBackend.from_spec(interrupting_llama_server, api_key_env=None)
+    orchestrator = Orchestrator(backend, defaults=greedy(64, temperature=0.7, seed=0))
+    result = await orchestrator.run("majority", "Count from one to fifty in words.")
+    cut = [t for t in result.traces if t.status == "error"]
+    assert cut, [(t.status, t.finish_reason) for t in result.traces]
+    assert all("--interrupt_requests False" in (t.error or "") for t in cut)
+    assert all(t.finish_reason in ("stop", "length") for t in result.traces if t.status == "ok")
+    console = Console(record=True, width=200)
+    show(result, console)
+    assert f"{len(cut)} of {len(result.traces)} samples failed" in console.export_text()
     await backend.aclose()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import paragen
 from paragen import Orchestrator, Problem, RunContext, StrategyResult
 from paragen.api import run_sync
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.errors import PluginNotFoundError
+from paragen.errors import ConfigError, PluginNotFoundError
 from paragen.strategy import BaseStrategy, StrategyConfig
+from strategies.majority import Majority
 
 
 def test_solve_builds_the_backend_from_a_spec_and_answers() -> None:
@@ -77,3 +80,30 @@ async def test_an_error_while_a_fanout_starts_is_the_error_raised() -> None:
     with pytest.raises(_Boom, match="the event sink broke"):
         await orchestrator.run(_OneSample(), Problem(question="q"))
     assert backend.streams == []  # nothing was started
+
+
+@pytest.mark.anyio
+async def test_orchestrator_run_takes_a_strategy_name_and_a_question_text() -> None:
+    orch = Orchestrator(ScriptedBackend([Script(text="so \\boxed{12}")]))
+    by_name = await orch.run("majority", Problem(id="q", question="What is 7 + 5?"))
+    by_text = await orch.run(Majority(n=2), "What is 7 + 5?")
+    assert (by_name.strategy, by_name.answer, by_text.answer) == ("majority", "12", "12")
+    assert [r.answer for r in await orch.run_many("single", ["What is 7 + 5?", "And 5 + 7?"])] == ["12", "12"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("strategy", "problem", "message"),
+    [
+        (42, "What is 7 + 5?", "expected a Strategy or a registered strategy name, got int"),
+        ("majority", 7, "expected a Problem or a question's text, got int"),
+        ("majority", "  ", "the question is empty"),
+        ("nonesuch", "What is 7 + 5?", "unknown strategy 'nonesuch'"),
+    ],
+)
+async def test_orchestrator_run_refuses_other_inputs_with_a_config_error(
+    strategy: object, problem: object, message: str
+) -> None:
+    orch = Orchestrator(ScriptedBackend([Script(text="so \\boxed{12}")]))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        await orch.run(strategy, problem)  # type: ignore[arg-type]

@@ -100,6 +100,20 @@ def test_report_of_a_folder_without_records(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "no records" in result.output
 
 
+def test_report_of_a_runs_records_file_reports_its_run(run_dir: Path) -> None:
+    by_folder = runner.invoke(app, ["report", str(run_dir), "--format", "json"])
+    by_file = runner.invoke(app, ["report", str(run_dir / "records.jsonl"), "--format", "json"])
+    assert by_file.exit_code == 0, by_file.output
+    assert json.loads(by_file.stdout)["summary"] == json.loads(by_folder.stdout)["summary"]
+
+
+def test_report_of_another_file_asks_for_the_run_folder(tmp_path: Path) -> None:
+    other = tmp_path / "notes.txt"
+    other.write_text("hello\n")
+    result = runner.invoke(app, ["report", str(other)])
+    assert result.exit_code == 2 and "give the run folder" in result.output
+
+
 def test_register_adds_both_commands() -> None:
     host = typer.Typer()
     register(host)

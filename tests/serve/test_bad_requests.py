@@ -78,7 +78,7 @@ CASES: list[tuple[str, str, Any, int, str]] = [
         CHAT,
         chat(model="ffs/scripted", paragen={"strategy": "majority"}),
         400,
-        "two different",
+        "names two values of strategy (",
     ),
     ("unknown field", CHAT, chat(temprature=0.5), 400, "unrecognized request argument: temprature"),
     ("negative temperature", CHAT, chat(temperature=-1), 400, "temperature"),

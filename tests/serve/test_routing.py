@@ -80,7 +80,7 @@ def test_samples_count_what_runs_at_once(model: str, config: dict[str, object], 
 def test_paragen_field_and_name_must_agree() -> None:
     assert plan_of(model="smollm2", paragen={"strategy": "ffs", "n": 2}).samples == 2
     assert plan_of(model="ffs-4/smollm2", paragen={"n": 4, "config": {"n": 4}}).samples == 4
-    with pytest.raises(APIError, match="two different ns"):
+    with pytest.raises(APIError, match="two values of n "):
         plan_of(model="ffs-4/smollm2", paragen={"n": 5})
 
 

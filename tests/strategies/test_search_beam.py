@@ -8,6 +8,7 @@ import pytest
 from search_helpers import VERIFIER, Tree, by_text, run_search, score_traces, tree_backend
 
 from paragen.backends.base import Capabilities
+from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.errors import ConfigError
 from paragen.scoring import ScriptedScorer
 from strategies.beam_search import BeamSearch
@@ -103,7 +104,8 @@ async def test_depth_limit_writes_the_last_step_to_the_end() -> None:
     tree: Tree = {(): ["a"], ("a",): ["b"], ("a", "b"): ["c\n\nd \\boxed{4}"]}
     result, backend, _ = await run_search(BeamSearch(n=1, m=1, max_depth=3, verifier=VERIFIER), tree, {})
     assert [r.request.params.stop for r in backend.streams] == [("\n\n",), ("\n\n",), ()]
-    assert [r.request.params.max_tokens for r in backend.streams] == [512, 512, 256]
+    # The run's max_tokens (256) bounds the solution: each step asks for what is left of it.
+    assert [r.request.params.max_tokens for r in backend.streams] == [256, 255, 254]
     assert result.answer == "4" and result.metrics["depth"] == 3
 
 
@@ -137,3 +139,17 @@ def test_bad_configs() -> None:
     with pytest.raises(ConfigError, match="aggregate"):
         BeamSearch(aggregate="mean")
     assert BeamSearch(n=8, m=2).config.n == 8
+
+
+@pytest.mark.anyio
+async def test_max_tokens_bounds_a_whole_solution_not_one_step() -> None:
+    """A run's max_tokens is one solution's length, as in every strategy: each step asks only for what
+    the solution has left, and the path that used it up ends (a depth of 40 steps of 512 tokens used
+    to be 20k tokens for `--max-tokens 96`)."""
+    backend = ScriptedBackend(lambda _request, _index: Script(text="one two three four five"))
+    result, backend, _ = await run_search(BeamSearch(n=2, m=1, verifier=VERIFIER), backend, {}, max_tokens=12)
+    asked = sorted({r.request.params.max_tokens for r in backend.streams}, reverse=True)
+    assert asked == [12, 7, 2]
+    last = [t for t in result.traces if t.kind == "sample" and t.completion_tokens == 2]
+    assert last and all(t.finish_reason == "length" for t in last)
+    assert result.usage.sequential_tokens == 12 and result.metrics["depth"] == 3
