@@ -181,7 +181,11 @@ class DeepConfOnline(DeepConf):
             launched += size
             batch = _Batch(request.with_params(), size, monitor, threshold)
             await self._online_batch(ctx, batch, voters, weights)
-        metrics = {"threshold": threshold, "launched": float(launched), "voters": float(len(voters))}
+        metrics = {
+            "threshold": threshold,
+            "launched": float(launched),
+            "voters": float(sum(t.answer is not None for t in voters)),
+        }
         return vote_finish(ctx, voters, weights=weights, metrics=metrics)
 
     def lowest_group(self, trace: Trace) -> float:
