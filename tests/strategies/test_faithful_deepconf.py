@@ -185,7 +185,8 @@ async def test_only_confident_warmup_traces_vote(caps: Capabilities) -> None:
     result = await online(specs, 16, 10, caps)
     winner, bar, voters = reference_online(specs, 16, 10)
     assert (winner, voters) == ("7", 2)
-    assert (result.answer, result.metrics["threshold"], result.metrics["voters"]) == (winner, bar, voters)
+    assert result.answer == winner
+    assert (result.metrics["threshold"], result.metrics["voters"]) == (bar, voters)
 
 
 # Warm-up: 3 (lowest group 12) and 9 (lowest group 10); at eta=100 the bar is 10 and both vote.
@@ -198,7 +199,8 @@ async def test_a_trace_shorter_than_a_window_is_judged_by_its_mean(caps: Capabil
     specs = [*WARM, ([7, 7], "9")]  # two tokens, mean 7: below the bar, so it does not vote
     result = await online(specs, 2, 100, caps)
     assert reference_online(specs, 2, 100) == ("3", 10.0, 2)
-    assert (result.answer, result.metrics["voters"]) == ("3", 2)
+    assert result.answer == "3"
+    assert result.metrics["voters"] == 2
 
 
 @pytest.mark.anyio
@@ -207,9 +209,10 @@ async def test_a_window_falling_on_the_last_token_excludes_the_trace(caps: Capab
     specs = [*WARM, ([10, 10, 10, 10, 1], "9")]  # the last window's mean is 7.75
     result = await online(specs, 2, 100, caps)
     assert reference_online(specs, 2, 100) == ("3", 10.0, 2)
+    assert result.answer == "3"
     (last,) = [t for t in samples(result) if t.label == "online"]
     assert last.status == "ok" and last.meta["deepconf"] == "below threshold"
-    assert (result.answer, result.metrics["voters"]) == ("3", 2)
+    assert result.metrics["voters"] == 2
 
 
 @pytest.mark.anyio

@@ -72,10 +72,11 @@ async def assert_as_reference(responses: Sequence[str]) -> None:
         ["\\frac{1}{2}}", "0.5}", "1/2}"],  # a fraction, a decimal, a slash
         ["5}", "5}", "5"],  # the third probe was cut off before closing its box
         ["3} so \\boxed{4}", "3}", "3}"],  # a second box in the continuation is not the answer
-        ["But it is 5}", "5}", "5}", "5}"],  # "but" hesitates: the run of three starts after it
+        ["5}", "5}", "5} but", "5}", "5}"],  # "but" after the box hesitates all the same
         ["5} I know", "5}", "5}", "5}"],  # "no" inside "know" hesitates too, as a substring
-        ["Okay, 5}", "Hold on 5}", "5}", "5}", "5}"],
+        ["5} okay", "5} hold on", "5}", "5}", "5}"],
     ],
+    ids=["spellings", "fraction", "cut-off", "second-box", "but", "no-in-know", "okay-hold"],
 )
 async def test_probe_answers_as_the_reference_reads_them(responses: list[str]) -> None:
     await assert_as_reference(responses + ["9}"] * (8 - len(responses)))
