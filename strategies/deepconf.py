@@ -169,10 +169,7 @@ class DeepConfOnline(DeepConf):
         cfg = self.config
         assert isinstance(cfg, DeepConfOnlineConfig)
         request = self._request(ctx, problem)
-        warmup = await self._sample(ctx, request, min(cfg.n_init, cfg.n), None)
-        lowest = [self.lowest_group(t) for t in warmup]
-        threshold = percentile(lowest, 100 - cfg.eta) if lowest else 0.0
-        voters = [t for t, low in zip(warmup, lowest, strict=True) if low >= threshold]
+        threshold, voters = await self._warm_up(ctx, request, min(cfg.n_init, cfg.n))
         weights = [self.score(t) for t in voters]
         monitor = confidence_monitor(threshold, cfg.window)
         launched = min(cfg.n_init, cfg.n)
@@ -188,6 +185,16 @@ class DeepConfOnline(DeepConf):
         }
         return vote_finish(ctx, voters, weights=weights, metrics=metrics)
 
+    async def _warm_up(self, ctx: RunContext, request: GenerateRequest, n: int) -> tuple[float, list[Trace]]:
+        """The threshold the warm-up sets and the warm-up traces that reach it (they vote)."""
+        warmup = await self._sample(ctx, request, n, None)
+        lowest = [self.lowest_group(t) for t in warmup]
+        threshold = percentile(lowest, 100 - self.config.eta) if lowest else 0.0
+        for trace, low in zip(warmup, lowest, strict=True):
+            if low < threshold:
+                trace.meta["deepconf"] = "below threshold"
+        return threshold, [t for t, low in zip(warmup, lowest, strict=True) if low >= threshold]
+
     def lowest_group(self, trace: Trace) -> float:
         """The trace's lowest group confidence: what the threshold is taken from and compared to."""
         return trace_confidence(trace.logprobs, trace.top_logprobs, self.config.window, "lowest_group")
@@ -195,10 +202,9 @@ class DeepConfOnline(DeepConf):
     def _agreed(self, voters: Sequence[Trace], weights: Sequence[float]) -> bool:
         cfg = self.config
         assert isinstance(cfg, DeepConfOnlineConfig)
-        agreed = (
-            cfg.consensus is not None and leader_share([t.answer for t in voters], weights) >= cfg.consensus
-        )
-        return agreed
+        if cfg.consensus is None:
+            return False
+        return leader_share([t.answer for t in voters], weights) >= cfg.consensus
 
     async def _online_batch(
         self, ctx: RunContext, batch: _Batch, voters: list[Trace], weights: list[float]
