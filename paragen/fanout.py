@@ -234,9 +234,10 @@ class Fanout:
                             await ledger.cancel_all("budget")
                         if delta.finish_reason is not None:
                             live.apply_usage(stream.usage, choices=len(lives))
-                            end_choice(live)
-                        elif self._watching:
+                        if self._watching:  # the last delta too, as a sample of its own request
                             await self._after_delta(live)
+                        if delta.finish_reason is not None:
+                            end_choice(live)
                     for live in lives:  # the stream ended: a choice still running was ended by the server
                         why = unfinished(live) if live.is_running else None
                         if why is not None:

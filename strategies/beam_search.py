@@ -1,17 +1,21 @@
 """Beam search with a process verifier (Snell et al. 2024, "Scaling LLM test-time compute optimally";
 HF search-and-learn).
 
-N beams in all, M expansions each: the first depth samples N first steps; every later depth, each
-of the N/M beams kept proposes M next steps. Every proposal is scored (the PRM sees all steps so
-far; their scores aggregated by ``aggregate``) as soon as it is written. Proposals that end their
-solution join the finished pool whatever their rank (as search-and-learn keeps its completed
-beams); of the others the N/M best-valued are kept, ties to the earlier sample. The search stops
-at ``max_depth``, when nothing is left to grow, or as soon as N solutions have finished: the
-samples still running then are cancelled ("early-finish"). The answer is the weighted vote
-(``weighting``) over the N best-valued finished solutions, or over the beams left if none finished.
+N beams in all, M expansions each: the first depth samples N first steps; every later depth the
+N/M beams kept propose N next steps, M each, the kept beams copied in turn when fewer are left
+(search-and-learn's refill; ``refill=False``: M each, fewer in all). Every proposal is scored
+(the PRM sees all steps so far; their scores aggregated by ``aggregate``) as soon as it is
+written. Proposals that end their solution join the finished pool whatever their rank (as
+search-and-learn keeps its completed beams); of the others the N/M best-valued are kept, ties to
+the earlier sample. The search stops at ``max_depth``, when nothing is left to grow, or as soon
+as N solutions have finished: the samples still running then are cancelled ("early-finish").
+The answer is the weighted vote (``weighting``) over the N best-valued finished solutions, or
+over the beams left if none finished.
 """
 
 from __future__ import annotations
+
+from pydantic import Field
 
 from paragen import BaseStrategy, RunContext
 from paragen.types import Problem, StrategyResult
@@ -21,6 +25,23 @@ from strategies.search_steps import StepSearch, check_continuation
 
 class BeamSearchConfig(TreeFields):
     """N (``n``, what ``-n`` sets) beams in all, M (``m``) expansions each: N/M beams kept per depth."""
+
+    refill: bool = Field(
+        default=True,
+        description="every depth proposes N steps, the kept beams copied in turn up to N (search-and-learn); "
+        "False: M per kept beam, fewer in all when fewer than N/M are kept",
+    )
+
+
+def proposal_counts(kept: int, n: int, m: int, *, refill: bool) -> list[int]:
+    """How many next steps each of ``kept`` beams proposes (kept beams in the order they were written).
+
+    search-and-learn duplicates its active beams in turn until there are N (``(beams * r)[:N]``), so
+    the breadth stays N however few beams are left: the first ``N mod kept`` get one more.
+    """
+    if not refill:
+        return [m] * kept
+    return [n // kept + (1 if i < n % kept else 0) for i in range(kept)]
 
 
 def rank(paths: list[Path], cfg: TreeFields) -> list[Path]:
@@ -40,9 +61,8 @@ class BeamSearch(BaseStrategy[BeamSearchConfig]):
         search = StepSearch(ctx, cfg, problem.question)
         active, finished, depth = [Path()], list[Path](), 0
         for depth in range(cfg.max_depth):
-            grown = await search.expand(
-                active, cfg.n if depth == 0 else cfg.m, depth=depth, stop_after=cfg.n - len(finished)
-            )
+            counts = [cfg.n] if depth == 0 else proposal_counts(len(active), cfg.n, cfg.m, refill=cfg.refill)
+            grown = await search.expand(active, counts, depth=depth, stop_after=cfg.n - len(finished))
             proposals = [p for found in grown for p in found]
             finished += [p for p in proposals if p.finished]
             active = self._select(ctx, search, [p for p in proposals if not p.finished], depth)
@@ -56,7 +76,8 @@ class BeamSearch(BaseStrategy[BeamSearchConfig]):
         """The N/M best unfinished proposals; the others are marked dropped (they ended already)."""
         ranked = rank(open_paths, self.config)
         width = self.config.n // self.config.m
-        kept, dropped = ranked[:width], ranked[width:]
+        # in the order they were written, which is the order search-and-learn's list keeps them in
+        kept, dropped = sorted(ranked[:width], key=lambda p: p.last_id), ranked[width:]
         for path in dropped:
             search.traces[path.last_id].meta["search"] = f"dropped at depth {depth}"
         ctx.emit(

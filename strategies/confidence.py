@@ -3,7 +3,7 @@
 Token confidence is the negative mean log-probability of the top-k candidates at a position
 (large = the model was sure); group confidence is its mean over a sliding window; a trace's
 score is its lowest group confidence (or the mean of its bottom 10% of groups, its tail, or
-its mean). ``confident_vote`` keeps the top eta% by score and votes weighted by score, which
+its mean). ``confident_vote`` keeps the answered traces' top eta% by score and votes weighted by score, which
 is DeepConf-offline; ``strategies.deepconf.DeepConf`` and ``evals.bank.deepconf_offline`` both
 call it, so the offline estimate cannot drift from the live strategy.
 """
@@ -62,19 +62,34 @@ def trace_score(conf: Sequence[float], window: int, method: ScoreMethod = "lowes
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated q-th percentile (0..100)."""
+    """The q-th percentile (0..100), linear interpolation, rounded as ``numpy.percentile`` rounds.
+
+    DeepConf's reference takes its thresholds with ``np.percentile``; a score that lands exactly
+    on the threshold is kept, so the arithmetic follows numpy's to the last bit (the position
+    is ``(n - 1) * (q / 100)``, and the interpolation runs from the nearer end).
+    """
     ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    low, high = math.floor(pos), math.ceil(pos)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    pos = (len(ordered) - 1) * (q / 100)
+    low = math.floor(pos)
+    low_value, high_value = ordered[low], ordered[min(low + 1, len(ordered) - 1)]
+    gap, weight = high_value - low_value, pos - low
+    return high_value - gap * (1 - weight) if weight >= 0.5 else low_value + gap * weight
 
 
 def keep_top(scores: Sequence[float], eta: float) -> list[int]:
-    """Indices of the top ``eta`` percent by score (at least one), in input order."""
-    # rounded first: 100 * 0.9 is 90.00000000000001 in floats, and ceil must not make 9 of 10 into 10
-    count = max(1, math.ceil(round(len(scores) * eta / 100, 9)))
-    best = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:count]
-    return sorted(best)
+    """Indices of the traces scoring at or above the (100 - eta)th percentile, in input order.
+
+    The reference's filter (deepconf ``filter_top_confidence``): every score equal to the
+    threshold is kept, so ties can keep more than eta%, and eta=90 of 16 keeps 14, not
+    ceil(14.4) = 15. The percentile is taken at ``(1 - eta / 100) * 100`` as the reference
+    writes it (``1 - 0.1`` is 0.9, and ``0.9 * 100`` is 90.00000000000001).
+    """
+    if not scores:
+        return []
+    threshold = percentile(scores, (1 - eta / 100) * 100)
+    return [i for i, score in enumerate(scores) if score >= threshold]
 
 
 def trace_confidence(
@@ -90,14 +105,19 @@ def trace_confidence(
 def confident_vote(
     answers: Sequence[str | None], scores: Sequence[float], eta: float
 ) -> tuple[str | None, list[int]]:
-    """DeepConf-offline: keep the top ``eta`` percent by score, vote weighted by score.
+    """DeepConf-offline: of the answered traces keep the top ``eta`` percent by score, vote
+    weighted by score.
 
-    Returns the winner (None when no kept trace has an answer) and the kept indices, most
-    confident first. A tie in the vote goes to the answer of the most confident kept trace, so
-    the result does not depend on the order the traces came in (finish order live, start order
-    in a recorded run); only traces of exactly equal score fall back to their input order.
+    Traces without an answer are dropped before the filter, as the reference does (its
+    ``compute_all_voting_results`` keeps only traces with an extracted answer): a trace looping
+    to its length cap has no answer and can be among the most confident, and must not take a
+    kept place. Returns the winner (None when no trace has an answer) and the kept indices,
+    most confident first. A tie in the vote goes to the answer of the most confident kept
+    trace, so the result does not depend on the order the traces came in.
     """
-    kept = sorted(keep_top(scores, eta), key=lambda i: (-scores[i], i))
+    answered = [i for i, answer in enumerate(answers) if answer is not None]
+    kept = [answered[j] for j in keep_top([scores[i] for i in answered], eta)]
+    kept.sort(key=lambda i: (-scores[i], i))
     return majority_vote([answers[i] for i in kept], [scores[i] for i in kept]), kept
 
 

@@ -2,11 +2,15 @@
 
 While a sample grows, every ``interval`` tokens it is probed: its text so far, followed by a
 short phrase that asks for the final answer now and opens ``\\boxed{``, is continued for at most
-``probe_tokens`` tokens and the answer read from that continuation; the probe is then thrown
-away and the sample goes on. Once the last ``agree`` probes gave the same answer, the sample
-stops there (status "ok", ``cancel_reason`` "certain") with that answer. A probe whose text
-hesitates ("wait", "hmm") gives no answer. With ``n`` > 1 every sample is probed and stops on
-its own, and the answers are voted on: Dynasor composed with majority voting.
+``probe_tokens`` tokens (sampled at T=0.6, top-p 0.95, as the reference's client loop) and the
+answer read from that continuation: its text up to the first ``}`` that closes nothing (a probe
+cut off mid-answer gives none). The probe is then thrown away and the sample goes on. Once the
+last ``agree`` probes gave one answer (equal by math-verify: 12 and 12.0 agree), the sample stops
+there (status "ok", ``cancel_reason`` "certain") with that answer. A probe whose text contains a
+hesitation word (wait, hold, but, okay, no, hmm: substrings, as in the reference) gives no answer.
+With ``n`` > 1 every sample is probed and stops on its own, and the answers are voted on:
+Dynasor composed with majority voting. docs/faithfulness.md compares each decision with
+hao-ai-lab/Dynasor's ``dynasor/cot.py``.
 
 Probes go through ``ctx.probe``: traces of kind "probe", counted as ``probe_tokens`` apart from
 the samples' tokens, each a continuation of its sample's prefix (see RunContext.probe).
@@ -14,13 +18,14 @@ the samples' tokens, each a continuation of its sample's prefix (see RunContext.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from paragen import BaseStrategy, LiveSample, RunContext, StrategyConfig
-from paragen.answers import ExtractMode, extract_answer
+from paragen.answers import ExtractMode, answer_key, equivalent
 from paragen.errors import ConfigError
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
 from strategies.toolkit import annotate, overrides, solve_request, vote_finish
@@ -28,17 +33,63 @@ from strategies.toolkit import annotate, overrides, solve_request, vote_finish
 PROBE_TEXT = "\n\nLet me stop here and state the answer my reasoning supports so far.\nFinal answer: \\boxed{"
 
 
+HESITATION = ("wait", "hold", "but", "okay", "no", "hmm")
+"""Words that make a probe uncertain, matched as substrings as the reference does ("no" also in "not")."""
+
+
 class DynasorConfig(StrategyConfig):
     n: int = Field(default=1, ge=1, le=1024, description="samples, each stopping on its own; then a vote")
     interval: int = Field(default=64, ge=1, description="probe every this many generated tokens")
-    probe_tokens: int = Field(default=16, ge=1, description="tokens a probe may decode")
+    probe_tokens: int = Field(default=20, ge=1, description="tokens a probe may decode (reference: 20)")
     agree: int = Field(default=3, ge=1, description="consecutive equal probe answers that stop a sample")
     probe_text: str = Field(default=PROBE_TEXT, description="appended to the sample's text to probe it")
-    hesitation: tuple[str, ...] = Field(default=("wait", "hmm"), description="probe text refusing an answer")
-    probe_temperature: float | None = Field(default=0.0, ge=0, description="None = the sample's own")
+    hesitation: tuple[str, ...] = Field(
+        default=HESITATION, description="a probe containing any of these (as substrings) gives no answer"
+    )
+    probe_temperature: float | None = Field(
+        default=0.6, ge=0, description="None = the sample's own (reference: 0.6; 0 = greedy)"
+    )
+    probe_top_p: float | None = Field(default=0.95, gt=0, le=1, description="None = the sample's own")
     temperature: float | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, gt=0, description="per sample; None = run default")
     extract: ExtractMode = "auto"
+
+    @model_validator(mode="after")
+    def _probe_opens_a_box(self) -> DynasorConfig:
+        if not self.probe_text.endswith("{"):
+            raise ValueError("probe_text must end by opening the box the answer is read from ('\\boxed{')")
+        return self
+
+
+def boxed_prefix(text: str) -> str | None:
+    """What a probe wrote inside the box the probe text opened: its text up to the first ``}``
+    that closes nothing (None when no such ``}`` came, the probe cut off mid-answer, or the box
+    is empty). A later ``\\boxed{`` in the continuation is part of that text, as in the reference."""
+    depth = 0
+    for i, char in enumerate(text):
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            if depth == 0:
+                return text[:i].strip() or None
+            depth -= 1
+    return None
+
+
+def same_answer(first: str, other: str) -> bool:
+    """Whether two probe answers agree: one voting key, or mathematically equal (math-verify),
+    as the reference groups them by ``math_equal`` (12 and 12.0, \\frac{1}{2} and 0.5)."""
+    return answer_key(first) == answer_key(other) or equivalent(other, first)
+
+
+def settled(answers: Sequence[str | None], agree: int) -> str | None:
+    """The answer the last ``agree`` probes all gave (each equal to the first of them), else None."""
+    last = answers[-agree:]
+    if len(last) < agree or any(a is None for a in last):
+        return None
+    first = last[0]
+    assert first is not None
+    return last[-1] if all(same_answer(first, a) for a in last[1:] if a is not None) else None
 
 
 @dataclass
@@ -95,25 +146,25 @@ class Dynasor(BaseStrategy[DynasorConfig]):
         params: dict[str, Any] = {"stop": ()}
         if cfg.probe_temperature is not None:
             params["temperature"] = cfg.probe_temperature
+        if cfg.probe_top_p is not None:
+            params["top_p"] = cfg.probe_top_p
         probe = await ctx.probe(live, cfg.probe_text, max_tokens=cfg.probe_tokens, **params)
         answer = self.probe_answer(probe.text) if probe.is_ok else None
         probe.answer = answer
         probe.meta["at"] = at
         watch.answers.append(answer)
         ctx.emit("dynasor probe", sample=live.trace.id, at=at, answer=answer)
-        last = watch.answers[-cfg.agree :]
-        if answer is not None and len(last) == cfg.agree and len(set(last)) == 1:
-            watch.settled = answer
+        agreed = settled(watch.answers, cfg.agree)
+        if agreed is not None:
+            watch.settled = agreed
             await ctx.conclude(live, "certain")
 
     def probe_answer(self, text: str) -> str | None:
         """The answer a probe's continuation gives, or None if it hesitates or gives none."""
-        cfg = self.config
         lowered = text.lower()
-        if any(word in lowered for word in cfg.hesitation):
+        if any(word in lowered for word in self.config.hesitation):
             return None
-        tail = cfg.probe_text + text
-        return extract_answer(tail if "}" in text else tail + "}", cfg.extract)
+        return boxed_prefix(text)
 
     def _answered(self, trace: Trace, watch: _Watch | None) -> Trace:
         if watch is not None and watch.settled is not None and trace.cancel_reason == "certain":

@@ -91,12 +91,12 @@ def offline_ffs_k(lengths: Sequence[int], answers: Sequence[str | None], k: int)
     """FFS-k@N from stored samples, as art_of_tts evaluates it: indices voted over and the cutoff.
 
     Valid samples (answer not NO_ANSWER) are sorted by length; the cutoff is the k-th shortest
-    valid length and every valid sample no longer than it votes. The cutoff is the sequential cost.
+    valid length and every valid sample no longer than it votes. With fewer than k valid samples
+    the cutoff is the longest of all samples, answered or not (``evaluate_vanilla.py``: one has to
+    wait for every sample to know no k-th answer comes). The cutoff is the sequential cost.
     """
     valid = sorted((lengths[i], i) for i in range(len(lengths)) if answers[i] is not None)
-    if not valid:
-        return [], 0
-    cutoff = valid[min(k, len(valid)) - 1][0]
+    cutoff = valid[k - 1][0] if len(valid) >= k else max(lengths, default=0)
     return [i for length, i in valid if length <= cutoff], cutoff
 
 

@@ -36,7 +36,19 @@ AGGREGATE_TEMPLATE = (
 class RSAConfig(StrategyConfig):
     n: int = Field(default=8, ge=1, le=1024, description="population size N (candidates per step)")
     k: int = Field(default=4, ge=1, description="candidates shown to each aggregation prompt (K <= N)")
-    t: int = Field(default=2, ge=0, le=64, description="aggregation steps T after the first population")
+    t: int = Field(
+        default=2,
+        ge=0,
+        le=64,
+        description="aggregation steps after the first population (the paper's T counts the first "
+        "population too: its T=10 is t=9; or give loops)",
+    )
+    loops: int | None = Field(
+        default=None,
+        ge=1,
+        le=65,
+        description="populations in all, the first included, as the reference's --loops (sets t = loops - 1)",
+    )
     template: str = Field(default=AGGREGATE_TEMPLATE, description="uses {question}, {k}, {candidates}")
     seed: int | None = Field(default=None, description="subset seed; None = the run's sampling seed")
     temperature: float | None = Field(default=None, ge=0)
@@ -48,6 +60,23 @@ class RSAConfig(StrategyConfig):
         if self.k > self.n:
             raise ValueError(f"k ({self.k}) must not exceed the population n ({self.n})")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _loops_set_t(cls, values: Any) -> Any:
+        # The reference (HyperPotatoNeo/RSA, eval_loop.py --loops) counts the first population as a
+        # loop; ``loops`` takes a number copied from there, ``t`` counts aggregations only.
+        if not isinstance(values, dict) or values.get("loops") is None:
+            return values
+        try:
+            loops, t = int(values["loops"]), int(values.get("t", int(values["loops"]) - 1))
+        except (TypeError, ValueError):
+            return values  # the fields' own checks report it
+        if loops < 1:
+            return values
+        if t != loops - 1:
+            raise ValueError(f"t ({t}) and loops ({loops}) disagree: loops = t + 1")
+        return {**values, "t": loops - 1}
 
 
 def subset_rng(seed: int | None, problem_id: str) -> random.Random:

@@ -71,17 +71,26 @@ class StepSearch:
         self._requests = 0  # distinct seeds for every step request of the run
 
     async def expand(
-        self, paths: Sequence[Path], m: int, *, depth: int, label: str = "", stop_after: int | None = None
+        self,
+        paths: Sequence[Path],
+        m: int | Sequence[int],
+        *,
+        depth: int,
+        label: str = "",
+        stop_after: int | None = None,
     ) -> list[list[Path]]:
-        """``m`` scored proposals per path (fewer where samples failed or were stopped), by path.
+        """``m`` scored proposals per path, or ``m[i]`` for path i (fewer where samples failed or
+        were stopped), by path.
 
         With ``stop_after``, once that many proposals ended their paths the samples still running
         are cancelled (reason "early-finish"); proposals already written are still scored.
         """
-        depth_run = _Depth(self, m, depth, label or f"depth{depth}", stop_after)
+        counts = [m] * len(paths) if isinstance(m, int) else list(m)
+        depth_run = _Depth(self, depth, label or f"depth{depth}", stop_after)
         async with self.ctx.concurrently() as children:
-            for index, path in enumerate(paths):
-                children.start(depth_run.grow, children, index, path)
+            for index, (path, count) in enumerate(zip(paths, counts, strict=True)):
+                if count > 0:
+                    children.start(depth_run.grow, children, index, path, count)
         return [sorted(found, key=lambda p: p.last_id) for found in depth_run.found(len(paths))]
 
     def next_seed(self, count: int) -> int | None:
@@ -104,8 +113,8 @@ class StepSearch:
 class _Depth:
     """The fan-outs of one depth and what they found."""
 
-    def __init__(self, search: StepSearch, m: int, depth: int, label: str, stop_after: int | None) -> None:
-        self.search, self.m, self.depth, self.label = search, m, depth, label
+    def __init__(self, search: StepSearch, depth: int, label: str, stop_after: int | None) -> None:
+        self.search, self.depth, self.label = search, depth, label
         self.stop_after = stop_after
         self.last = search.cfg.finish_at_limit and depth == search.cfg.max_depth - 1
         self.fans: list[Fanout] = []
@@ -116,12 +125,12 @@ class _Depth:
     def found(self, count: int) -> list[list[Path]]:
         return [self.by_path.get(i, []) for i in range(count)]
 
-    async def grow(self, children: ChildTasks, index: int, path: Path) -> None:
+    async def grow(self, children: ChildTasks, index: int, path: Path, count: int) -> None:
         search = self.search
         request = step_request(
-            search.ctx, search.cfg, search.question, path, last=self.last, seed=search.next_seed(self.m)
+            search.ctx, search.cfg, search.question, path, last=self.last, seed=search.next_seed(count)
         )
-        async with search.ctx.fanout(request, n=self.m, label=self.label, parents=path.trace_ids[-1:]) as fan:
+        async with search.ctx.fanout(request, n=count, label=self.label, parents=path.trace_ids[-1:]) as fan:
             self.fans.append(fan)
             if self.stopped is not None:  # an early finish came before this fan-out opened
                 await fan.cancel(self.stopped)

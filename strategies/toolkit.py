@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from paragen import RunContext
-from paragen.answers import ExtractMode, extract_answer, majority_vote, vote_counts
+from paragen.answers import ExtractMode, answer_key, extract_answer, majority_vote, vote_counts
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, GenerateRequest, StrategyResult, Trace
 
@@ -51,8 +51,8 @@ def vote_finish(
     winner = majority_vote(answers, weights)
     text = next((t.text for t in traces if t.answer == winner), None) if winner is not None else None
     counts = vote_counts(answers)
-    found = {
-        "votes_for_winner": float(next(iter(counts.values()), 0)),
+    found = {  # the winner's own count: under a weighted vote it need not be the most frequent
+        "votes_for_winner": float(counts.get(answer_key(winner), 0) if winner is not None else 0),
         "distinct_answers": float(len(counts)),
     }
     return ctx.finish(winner, text=text, metrics={**found, **(metrics or {})})

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from paragen import BaseStrategy, Fanout, LiveSample, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
@@ -38,7 +38,11 @@ _CHECK_EVERY = 4  # tokens between looks for a word-based truncation point
 
 class DeepPruneConfig(StrategyConfig):
     n: int = Field(default=512, ge=1, le=4096, description="parallel traces (paper: cons@512)")
-    judge: str = Field(default="embedding", description="judge plugin: model, llm, embedding, lexical")
+    judge: str = Field(
+        default="model",
+        description="judge plugin: model (the method's trained judge; needs judge_options.path), "
+        "or a stand-in: llm, embedding, lexical",
+    )
     judge_options: dict[str, Any] = Field(default_factory=dict)
     truncation: Literal["reasoning_words", "words", "tokens"] = "reasoning_words"
     prefix_k: int = Field(default=25, ge=1, description="truncation point (paper: 25 reasoning words)")
@@ -52,6 +56,17 @@ class DeepPruneConfig(StrategyConfig):
     max_tokens: int | None = Field(default=None, gt=0)
     seed: int = 0
     extract: ExtractMode = "auto"
+
+    @model_validator(mode="after")
+    def _judge_is_given(self) -> DeepPruneConfig:
+        # DeepPrune is its trained judge: without it the strategy would silently be another method.
+        if self.judge == "model" and not self.judge_options.get("path"):
+            raise ValueError(
+                "deepprune's judge is the trained DeepPrune judge: give judge_options={'path': "
+                "'<folder or hub id of THU-KEG/DeepPrune-Judge-4B>'}, or choose a stand-in judge "
+                "(judge=embedding, lexical or llm), which makes it DeepPrune with that judge"
+            )
+        return self
 
 
 class _Run:

@@ -61,7 +61,8 @@ def test_confidence_monitor_prunes_after_a_full_low_window() -> None:
 @pytest.mark.anyio
 async def test_deepconf_offline_keeps_the_most_confident() -> None:
     result, backend = await run(DeepConf(n=4, eta=50, window=4), [Script(text=words(6, "5"))] * 4)
-    assert result.answer == "5" and result.metrics["kept"] == 2
+    # four equal scores all reach the 50th percentile, and the reference keeps every one at it
+    assert result.answer == "5" and result.metrics["kept"] == 4
     assert all(s.request.params.logprobs for s in backend.streams)
     assert all("confidence" in t.meta for t in samples(result))
 

@@ -15,7 +15,7 @@ from strategies.deepconf import DeepConf
 
 # The scripted backend gives every token a log-probability that depends only on its position, so a
 # trace's confidence depends on its length: here the order of confidence is 1 > 2 > 4 > 3 > 5 > 6
-# tokens, and at eta=34 keeping 2 of 6 (rounding) says "3" where keeping 3 (DeepConf's ceil) says "5".
+# tokens, and at eta=34 the 66th percentile keeps 2 of 6 (where a ceil would keep 3 and say "5").
 LENGTHS_AND_ANSWERS = [(1, "3"), (2, "5"), (4, "5"), (3, "3"), (5, "4"), (6, "4")]
 
 
@@ -54,7 +54,7 @@ def test_ties_go_to_the_most_confident_whatever_the_order() -> None:
     answers, scores = ["a", "b", "b", "a"], [0.9, 0.5, 0.4, 0.0]  # a: 0.9, b: 0.9
     assert confident_vote(answers, scores, 100)[0] == "a"
     assert confident_vote(answers[::-1], scores[::-1], 100)[0] == "a"
-    assert confident_vote([None, None], [1.0, 2.0], 100) == (None, [1, 0])
+    assert confident_vote([None, None], [1.0, 2.0], 100) == (None, [])
 
 
 def test_keep_top_is_not_fooled_by_float_percentages() -> None:

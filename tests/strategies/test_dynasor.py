@@ -56,7 +56,8 @@ async def test_probes_fire_every_interval_and_three_equal_answers_stop_the_sampl
     assert sample.answer == "5" and result.answer == "5"
     assert all(p.parents == [sample.id] and p.label == "probe" for p in probes)
     first = backend.streams[1].request
-    assert first.continue_final and first.params.max_tokens == 3 and first.params.temperature == 0.0
+    assert first.continue_final and first.params.max_tokens == 3
+    assert (first.params.temperature, first.params.top_p) == (0.6, 0.95)  # the reference's probe sampling
     assert first.messages is not None and first.messages[-1].role == "assistant"
     assert first.messages[-1].content == "".join(tokenize(LONG)[:4]) + PROBE_TEXT
     assert first.messages[:-1] == backend.streams[0].request.messages  # the sample's own prompt

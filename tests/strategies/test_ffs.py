@@ -36,7 +36,7 @@ def test_longest_k_picks_the_longest_usable() -> None:
 def test_offline_ffs_k_follows_the_reference_evaluation() -> None:
     voters, cutoff = offline_ffs_k([30, 10, 20, 10, 5], ["a", "b", "c", "d", None], k=2)
     assert (sorted(voters), cutoff) == ([1, 3], 10)  # ties at the cutoff all vote; NO_ANSWER never does
-    assert offline_ffs_k([3], [None], 1) == ([], 0)
+    assert offline_ffs_k([3], [None], 1) == ([], 3)  # no k-th answer: the wait is for the longest sample
 
 
 @pytest.mark.anyio
