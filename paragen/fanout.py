@@ -238,11 +238,7 @@ class Fanout:
                             await self._after_delta(live)
                         if delta.finish_reason is not None:
                             end_choice(live)
-                    for live in lives:  # the stream ended: a choice still running was ended by the server
-                        why = unfinished(live) if live.is_running else None
-                        if why is not None:
-                            live.apply_usage(stream.usage, choices=len(lives))
-                            self._end(live, why)
+                    self._end_unfinished(lives, stream)
         except BackendError as exc:
             error = exc.one_line()
         finally:
@@ -250,6 +246,14 @@ class Fanout:
                 if stream is not None:
                     live.apply_usage(stream.usage, choices=len(lives))
                 self._end(live, error if live.stop_reason is None else None)
+
+    def _end_unfinished(self, lives: list[LiveSample], stream: CompletionStream) -> None:
+        """The stream ended: a choice still running was ended by the server, not by paragen."""
+        for live in lives:
+            why = unfinished(live) if live.is_running else None
+            if why is not None:
+                live.apply_usage(stream.usage, choices=len(lives))
+                self._end(live, why)
 
     async def _after_delta(self, live: LiveSample) -> None:
         if self._monitor is not None and live.stop_reason is None:
