@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -30,6 +31,9 @@ from paragen.scoring.pool import LLM_VERIFIER, Scorers
 from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult
 
+if TYPE_CHECKING:
+    from paragen.metrics import Metrics
+
 
 class Orchestrator:
     """Runs strategies over one backend with shared defaults, budget and concurrency limit."""
@@ -43,6 +47,7 @@ class Orchestrator:
         max_concurrent_problems: int = 8,
         on_event: EventSink | None = None,
         scorers: Scorers | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if max_concurrent_problems <= 0:
             raise ValueError("max_concurrent_problems must be positive")
@@ -51,6 +56,8 @@ class Orchestrator:
         self.budget = budget or Budget()
         self.limit = max_concurrent_problems
         self.on_event = on_event
+        # Prometheus counters of every run (paragen.metrics); None: nothing counted, nothing imported.
+        self.metrics = metrics
         # The verifiers strategies score with (reward models are loaded once, not per run); a pool
         # given here is the caller's to close, one made here closes with aclose().
         self.scorers = scorers or Scorers()
@@ -94,7 +101,33 @@ class Orchestrator:
         """
         await self.open()
         await self.open_verifiers(strategy)
-        ledger = Ledger(self.budget, self.on_event)
+        if self.metrics is None:
+            return await self._run(strategy, problem, self.on_event)
+        return await self._run_counted(strategy, problem, self.metrics)
+
+    async def _run_counted(self, strategy: Strategy, problem: Problem, metrics: Metrics) -> StrategyResult:
+        """``_run`` with its samples and outcome counted in ``metrics``."""
+        observer, on_event = metrics.observer(), self.on_event
+
+        def sink(event: Any) -> None:
+            observer(event)
+            if on_event is not None:
+                on_event(event)
+
+        metrics.runs_running += 1
+        try:
+            result = await self._run(strategy, problem, sink)
+        except BaseException as exc:  # counted, then raised as it came
+            metrics.run_stopped(strategy.name, "cancelled" if _is_cancellation(exc) else "failed")
+            raise
+        finally:
+            metrics.runs_running -= 1
+            observer.close()
+        metrics.run_ended(result)
+        return result
+
+    async def _run(self, strategy: Strategy, problem: Problem, on_event: EventSink | None) -> StrategyResult:
+        ledger = Ledger(self.budget, on_event)
         ctx = RunContext(
             self.backend,
             problem,
@@ -108,8 +141,8 @@ class Orchestrator:
             stop_reason = "budget"
         result = self._complete(result, ctx, ledger, stop_reason, error)
         result.config = strategy.config.model_dump(mode="json")
-        if self.on_event is not None:
-            self.on_event(RunEnded(result=result))
+        if on_event is not None:
+            on_event(RunEnded(result=result))
         return result
 
     async def _execute(
@@ -233,6 +266,13 @@ class Orchestrator:
             async with recv:
                 yield recv
             tg.cancel_scope.cancel()
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(cancelled) is not None
+    return isinstance(exc, cancelled)
 
 
 async def _raising(

@@ -166,10 +166,11 @@ class HTTPStream:
         base = self.usage.model_copy() if self._num_seen else None
         parser = ChunkParser(self._backend.endpoint_for(request), usage, num_choices=request.n, base=base)
         client = self._backend.client
-        with map_http_errors(url):
-            http_request = client.build_request("POST", url, json=body, headers=_SSE_HEADERS)
-            response = await client.send(http_request, stream=True)
+        response: httpx.Response | None = None
         try:
+            with map_http_errors(url):
+                http_request = client.build_request("POST", url, json=body, headers=_SSE_HEADERS)
+                response = await client.send(http_request, stream=True)
             with map_http_errors(url), redacting(response.request):
                 await raise_for_status(response)
                 async with aclosing(EventSource(response).aiter_sse()) as events:
@@ -181,8 +182,12 @@ class HTTPStream:
                             yield delta
             if not parser.is_done:
                 raise BackendConnectionError(f"{url}: the stream ended before the completion did")
+        except BackendError:
+            replica.num_errors += 1  # shown per replica on paragen serve's /metrics
+            raise
         finally:
-            await _close(response, self._backend, replica, None if parser.is_done else rid)
+            if response is not None:
+                await _close(response, self._backend, replica, None if parser.is_done else rid)
 
     def _prepare(
         self, replica: Replica, info: ServerInfo, request: GenerateRequest, usage: Usage

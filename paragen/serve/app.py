@@ -1,4 +1,5 @@
-"""The ASGI app: /v1/chat/completions, /v1/completions, /v1/models and /health, on Starlette.
+"""The ASGI app: /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics
+(Prometheus' text format, see paragen.metrics), on Starlette.
 
 Every error answer has OpenAI's shape (``{"error": {...}}``); unknown routes and methods
 too. The API key, when the server has one, is compared in constant time and appears in
@@ -25,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from paragen.backends.base import Backend
+from paragen.metrics import CONTENT_TYPE
 from paragen.serve.config import ServeConfig
 from paragen.serve.errors import APIError, bad_request, from_validation, internal_error
 from paragen.serve.health import start_health_checks
@@ -63,6 +65,10 @@ class Handlers:
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", **self.service.stats.as_dict()})
+
+    async def metrics(self, request: Request) -> Response:
+        metrics = self.service.metrics
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def _complete(self, request: Request, kind: type[AnyRequest]) -> Response:
         self._authorize(request)
@@ -169,6 +175,7 @@ def create_app(backend: Backend, config: ServeConfig, *, close_backend: bool = T
         Route("/v1/completions", handlers.completions, methods=["POST"]),
         Route("/v1/models", handlers.models, methods=["GET"]),
         Route("/health", handlers.health, methods=["GET"]),
+        Route("/metrics", handlers.metrics, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,
