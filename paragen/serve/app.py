@@ -1,4 +1,4 @@
-"""The ASGI app: /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics
+"""The ASGI app: /v1/chat/completions, /v1/completions, /v1/responses, /v1/models, /health and /metrics
 (Prometheus' text format, see paragen.metrics), on Starlette.
 
 Every error answer has OpenAI's shape (``{"error": {...}}``); unknown routes and methods
@@ -30,7 +30,9 @@ from paragen.metrics import CONTENT_TYPE
 from paragen.serve.config import ServeConfig
 from paragen.serve.errors import APIError, bad_request, from_validation, internal_error
 from paragen.serve.health import start_health_checks
+from paragen.serve.render import ChatWire
 from paragen.serve.responses import RunResponse, RunStream, error_response
+from paragen.serve.responses_api import ResponsesRequest, ResponsesWire, new_id
 from paragen.serve.routing import AnyRequest
 from paragen.serve.service import Service
 from paragen.serve.wire import ChatRequest, CompletionRequest
@@ -52,6 +54,22 @@ class Handlers:
 
     async def completions(self, request: Request) -> Response:
         return await self._complete(request, CompletionRequest)
+
+    async def responses(self, request: Request) -> Response:
+        self._authorize(request)
+        body = await self._read_json(request)
+        try:
+            parsed = ResponsesRequest.model_validate(body)
+            chat = parsed.chat()
+        except ValidationError as exc:
+            raise from_validation(exc) from None
+        plan = self.service.router.plan(chat)
+        plan.id = new_id()
+        await self.service.check_prompt(plan)
+        wire = ResponsesWire(plan, parsed)
+        if parsed.stream:
+            return RunStream(self.service, plan, wire, events=parsed.paragen.events)
+        return RunResponse(self.service, plan, wire)
 
     async def models(self, request: Request) -> Response:
         self._authorize(request)
@@ -81,15 +99,10 @@ class Handlers:
         self.service.check_tools(plan)
         await self.service.check_prompt(plan)
         options = parsed.paragen
+        wire = ChatWire(plan, include_result=options.include_result, include_usage=parsed.include_usage)
         if parsed.stream:
-            return RunStream(
-                self.service,
-                plan,
-                include_usage=parsed.include_usage,
-                include_result=options.include_result,
-                events=options.events,
-            )
-        return RunResponse(self.service, plan, options.include_result)
+            return RunStream(self.service, plan, wire, events=options.events)
+        return RunResponse(self.service, plan, wire)
 
     def _authorize(self, request: Request) -> None:
         if self._key is None:
@@ -173,6 +186,7 @@ def create_app(backend: Backend, config: ServeConfig, *, close_backend: bool = T
     routes = [
         Route("/v1/chat/completions", handlers.chat, methods=["POST"]),
         Route("/v1/completions", handlers.completions, methods=["POST"]),
+        Route("/v1/responses", handlers.responses, methods=["POST"]),
         Route("/v1/models", handlers.models, methods=["GET"]),
         Route("/health", handlers.health, methods=["GET"]),
         Route("/metrics", handlers.metrics, methods=["GET"]),
