@@ -199,7 +199,8 @@ class HTTPStream:
         endpoint = self._backend.endpoint_for(request)
         rid = f"{request.request_id}-{uuid.uuid4().hex[:8]}" if info.kind == "sglang" else None
         options = WireOptions(info.model, endpoint, info.kind, info.continuous_usage, rid)
-        body = {**build_body(request, options), **self._backend.config.extra_body}
+        config = self._backend.config
+        body = {**build_body(request, options), **config.server_knobs(), **config.extra_body}
         if not self._num_seen:
             usage.prompt_tokens, usage.completion_tokens, usage.source = 0, 0, "none"
             usage.cached_prompt_tokens = None
