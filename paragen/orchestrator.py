@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from paragen import tracing
 from paragen.accounting import summarize
 from paragen.backends.base import Backend, open_backend
 from paragen.config import Budget
@@ -127,6 +128,17 @@ class Orchestrator:
         return result
 
     async def _run(self, strategy: Strategy, problem: Problem, on_event: EventSink | None) -> StrategyResult:
+        tracer = tracing.active
+        if tracer is None:
+            return await self._run_once(strategy, problem, on_event)
+        with tracer.run(strategy.name, problem.id) as span:  # the root of the run's spans
+            result = await self._run_once(strategy, problem, on_event)
+            span.ended(result)
+            return result
+
+    async def _run_once(
+        self, strategy: Strategy, problem: Problem, on_event: EventSink | None
+    ) -> StrategyResult:
         ledger = Ledger(self.budget, on_event)
         ctx = RunContext(
             self.backend,
@@ -177,9 +189,12 @@ class Orchestrator:
     ) -> StrategyResult:
         latency = ctx.now()
         traces = ledger.traces
+        tracer = tracing.active
         for trace in traces:  # a deadline may have cut samples off mid-way
             if trace.end is None:
                 trace.end, trace.status, trace.cancel_reason = latency, "cancelled", stop_reason
+                if tracer is not None:
+                    tracer.trace_ended(trace)
         usage = summarize(traces, latency_s=latency)
         if result is None:
             return StrategyResult(

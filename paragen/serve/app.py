@@ -21,10 +21,12 @@ import anyio
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from paragen import tracing
 from paragen.backends.base import Backend
 from paragen.metrics import CONTENT_TYPE
 from paragen.serve.config import ServeConfig
@@ -191,8 +193,10 @@ def create_app(backend: Backend, config: ServeConfig, *, close_backend: bool = T
         Route("/health", handlers.health, methods=["GET"]),
         Route("/metrics", handlers.metrics, methods=["GET"]),
     ]
+    tracer = tracing.active
     app = Starlette(
         routes=routes,
+        middleware=[] if tracer is None else [Middleware(tracer.asgi)],
         lifespan=lifespan,
         exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _unexpected},
     )
