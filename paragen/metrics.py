@@ -91,8 +91,11 @@ class Metrics:
         self._rejected = Counter(
             "paragen_requests_rejected", "Requests refused (429), by limit", ["limit"], registry=registry
         )
+        # Children by label values, made once: prometheus_client's labels() validates and locks on every
+        # call, which cost more than the counting itself on a short run.
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         for kind in TOKEN_KINDS:  # every kind shown from the start, at 0
-            self._tokens.labels(kind)
+            self._child(self._tokens, kind)
 
     # -- one run ---------------------------------------------------------------------------------
 
@@ -101,26 +104,35 @@ class Metrics:
         return RunObserver(self)
 
     def run_ended(self, result: StrategyResult) -> None:
-        self._runs.labels(result.strategy, result.stop_reason).inc()
-        self._latency.labels(result.strategy).observe(result.usage.latency_s)
-        if result.usage.ttft_s is not None:
-            self._ttft.labels(result.strategy).observe(result.usage.ttft_s)
+        strategy, usage = result.strategy, result.usage
+        self._child(self._runs, strategy, result.stop_reason).inc()
+        self._child(self._latency, strategy).observe(usage.latency_s)
+        if usage.ttft_s is not None:
+            self._child(self._ttft, strategy).observe(usage.ttft_s)
 
     def run_stopped(self, strategy: str, outcome: str) -> None:
         """A run that left no result: ``cancelled`` from outside, or ``failed`` (the strategy raised)."""
-        self._runs.labels(strategy, outcome).inc()
+        self._child(self._runs, strategy, outcome).inc()
 
     def rejected(self, limit: str) -> None:
-        self._rejected.labels(limit).inc()
+        self._child(self._rejected, limit).inc()
 
     def trace_ended(self, trace: Trace) -> None:
-        self._samples.labels(trace.kind, trace.status).inc()
+        self._child(self._samples, trace.kind, trace.status).inc()
         if trace.status in ("cancelled", "pruned"):
-            self._cancelled.labels(trace.cancel_reason or "unknown").inc()
+            self._child(self._cancelled, trace.cancel_reason or "unknown").inc()
         for kind, count in trace_tokens(trace):
-            self._tokens.labels(kind).inc(count)
+            if count:
+                self._child(self._tokens, kind).inc(count)
         if trace.hedges:
             self._hedges.inc(trace.hedges)
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     # -- replicas and reading ----------------------------------------------------------------------
 
