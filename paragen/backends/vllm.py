@@ -25,7 +25,12 @@ from paragen.errors import ConfigError, EngineError, ParagenError
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, SamplingParams, Usage
 
 _INSTALL = "pip install 'paragen[vllm]'"
-_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "abort": "abort",
+    "repetition": "repetition",  # repetition_detection in extra_sampling stopped it
+}
 
 
 class VLLMConfig(Model):
