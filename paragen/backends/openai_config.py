@@ -10,24 +10,9 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from paragen.backends.openai_wire import ServerKind
-from paragen.config import move_url_credentials
+from paragen.config import RepetitionDetection, move_url_credentials
 from paragen.errors import ConfigError
 from paragen.types import Model
-
-
-class RepetitionDetection(Model):
-    """vLLM's ``repetition_detection``: a sample whose last ``min_count`` runs of some n-gram of
-    ``min_pattern_size``..``max_pattern_size`` tokens are equal is stopped by the server."""
-
-    max_pattern_size: int = Field(gt=0)
-    min_pattern_size: int = Field(default=1, gt=0)
-    min_count: int = Field(ge=2)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> RepetitionDetection:
-        if self.min_pattern_size > self.max_pattern_size:
-            raise ValueError("min_pattern_size must not exceed max_pattern_size")
-        return self
 
 
 class OpenAIConfig(Model):
