@@ -25,6 +25,10 @@ Each leg sends all 64 requests at once and is timed until the last answer is com
   client, not paragen; ``serve`` minus ``http_floor`` is what paragen itself adds.
 - ``serve_openai``: ``serve`` again, but each of the 64 clients is the official ``openai``
   async client (its own instance, as 64 users would have), in the load-generator process.
+- ``serve_traced``: ``serve`` with OpenTelemetry tracing on (``--otlp-endpoint``): every request's
+  spans (server, run, sample) batched and exported over OTLP/HTTP to a sink in a process of its
+  own that reads and drops them, as a Collector would take them. ``serve`` is the same with
+  tracing off, so the two side by side are what tracing costs.
 
 Beside the wall times it prints the CPU time per request of the server process (from
 /proc, Linux) and of the load generator: on a shared machine they say what each layer costs
@@ -46,7 +50,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +66,7 @@ CONCURRENT = 64
 TOKENS = 64
 TOKEN_DELAY_S = 0.010
 ROUNDS = 7
-LEGS = ("direct", "http_floor", "serve", "http_floor_stream", "serve_stream", "serve_openai")
+LEGS = ("direct", "http_floor", "serve", "http_floor_stream", "serve_stream", "serve_openai", "serve_traced")
 
 SCRIPT = Script(text=" ".join(["tok"] * TOKENS), token_delay=TOKEN_DELAY_S)
 
@@ -266,14 +270,52 @@ run_server(app, sock)
 """
 
 
+# An OTLP/HTTP sink: answers every export with 200 and counts them in a file (read after the rounds, so
+# a traced leg that exported nothing is an error, not a fast figure).
+SINK_APP = """
+import http.server, sys
+from pathlib import Path
+count = Path(sys.argv[1])
+class Sink(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        count.write_text(str(int(count.read_text() or 0) + 1))
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Sink)
+print(f"sink on http://127.0.0.1:{server.server_address[1]}", flush=True)
+server.serve_forever()
+"""
+
+
 @contextmanager
-def server_process(script: Path, log: Path, *, floor: bool = False) -> Iterator[tuple[str, int]]:
+def otlp_sink(count: Path) -> Iterator[str]:
+    """The sink's URL, for the lifetime of the block."""
+    count.write_text("0")
+    process = subprocess.Popen(
+        [sys.executable, "-c", SINK_APP, str(count)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        yield process.stdout.readline().split(" on ", 1)[1].strip()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@contextmanager
+def server_process(
+    script: Path, log: Path, *, floor: bool = False, otlp: str | None = None
+) -> Iterator[tuple[str, int]]:
     """(base URL, pid) of ``paragen serve`` (or the floor app) in its own process, logging to ``log``.
 
     ``paragen serve`` runs with its default options (log level info, access log on), as a user
     starts it; its log goes to a file, as a deployed server's does.
     """
     command = [sys.executable, "-m", "paragen.cli", "serve", "-b", f"scripted:{script}", "--port", "0"]
+    if otlp is not None:
+        command += ["--otlp-endpoint", otlp]
     if floor:
         command = [sys.executable, "-c", FLOOR_APP % (TOKENS, TOKEN_DELAY_S)]
     with log.open("w") as out:
@@ -312,15 +354,17 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure(
-    load: LoadProcess, scripted: ScriptedBackend, serve: tuple[str, int], floor: tuple[str, int]
+    load: LoadProcess, scripted: ScriptedBackend, servers: dict[str, tuple[str, int]]
 ) -> dict[str, list[tuple[float, float, float]]]:
     """Every leg ROUNDS times, alternating; per leg, per round: (wall, client CPU, server CPU)."""
+    serve, floor, traced = servers["serve"], servers["floor"], servers["traced"]
     legs = {
         "http_floor": (floor, "plain"),
         "serve": (serve, "plain"),
         "http_floor_stream": (floor, "stream"),
         "serve_stream": (serve, "stream"),
         "serve_openai": (serve, "openai"),
+        "serve_traced": (traced, "plain"),
     }
     for (url, _pid), mode in legs.values():  # warm-up: connections, first-call imports
         load.round(url, mode)
@@ -358,6 +402,8 @@ def report(times: dict[str, list[tuple[float, float, float]]]) -> None:
                 "http_floor_over_direct_64": ratios["http_floor"],
                 "http_floor_stream_over_direct_64": ratios["http_floor_stream"],
                 "serve_openai_over_direct_64": ratios["serve_openai"],
+                "serve_traced_over_direct_64": ratios["serve_traced"],
+                "serve_traced_over_serve_64": round(walls["serve_traced"] / walls["serve"], 3),
                 "direct_s": round(walls["direct"], 3),
                 "serve_s": round(walls["serve"], 3),
             }
@@ -371,10 +417,20 @@ def main() -> None:
         script.write_text(SCRIPT.model_dump_json() + "\n")
         scripted = ScriptedBackend.from_spec(str(script))
         load = LoadProcess()
+        exports = Path(tmp) / "exports"
         try:
-            serving = server_process(script, Path(tmp) / "serve.log")
-            with serving as serve, server_process(script, Path(tmp) / "floor.log", floor=True) as floor:
-                times = measure(load, scripted, serve, floor)
+            with ExitStack() as stack:
+                sink = stack.enter_context(otlp_sink(exports))
+                servers = {
+                    "serve": stack.enter_context(server_process(script, Path(tmp) / "serve.log")),
+                    "floor": stack.enter_context(server_process(script, Path(tmp) / "floor.log", floor=True)),
+                    "traced": stack.enter_context(
+                        server_process(script, Path(tmp) / "traced.log", otlp=sink)
+                    ),
+                }
+                times = measure(load, scripted, servers)
+            if int(exports.read_text()) == 0:  # the traced server has exported at its shutdown at the latest
+                raise RuntimeError("the traced server exported no spans")
         finally:
             load.close()
     report(times)

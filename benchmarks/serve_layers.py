@@ -11,7 +11,11 @@ microseconds per request, for an answer of 1 token (the fixed cost of a request)
 - ``run``: one Orchestrator run of the pass-through strategy (backend included);
 - ``whole``: parse, plan, run and the rendered answer as JSON text;
 - ``streamed``: parse, plan and run with every token rendered as a chunk and every event as a
-  comment, as a streamed answer does (the SSE writing itself is not included).
+  comment, as a streamed answer does (the SSE writing itself is not included);
+- ``run_traced``: ``run`` with OpenTelemetry tracing on (paragen[otel]): the run's and its
+  sample's spans made, batched by the SDK's BatchSpanProcessor and handed to an exporter that
+  drops them (the batching thread's CPU is counted; the network to a collector is not). ``run``
+  beside it is the same with tracing off.
 
 What the HTTP stack adds (uvicorn, Starlette, the socket) is the ``http_floor`` leg of
 benchmarks/serve.py.
@@ -25,9 +29,11 @@ import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 
+from paragen import tracing
 from paragen.backends.base import generate
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.serve import render
@@ -93,6 +99,13 @@ def layers(service: Service, raw: list[bytes]) -> dict[str, Callable[[], Awaitab
                 await service.run_all(plan, on_event=on_event, on_text=on_text)
             frames.clear()
 
+    async def run_traced() -> None:
+        tracing.enable(_dropping_provider())
+        try:
+            await run()
+        finally:
+            tracing.disable()
+
     return {
         "backend": backend,
         "parse": parse,
@@ -100,7 +113,22 @@ def layers(service: Service, raw: list[bytes]) -> dict[str, Callable[[], Awaitab
         "run": run,
         "whole": whole,
         "streamed": streamed,
+        "run_traced": run_traced,
     }
+
+
+def _dropping_provider() -> Any:
+    """An OpenTelemetry TracerProvider that batches spans as an exporting one does, then drops them."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropping(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropping()))
+    return provider
 
 
 def _append_chunk(frames: list[str | None], content: render.ContentChunks, index: int, text: str) -> None:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from paragen import tracing
 from paragen.cli_options import (
     BackendOpt,
     BackendOpts,
@@ -24,9 +25,11 @@ from paragen.cli_options import (
     MaxTokensOpt,
     MaxTotalTokensOpt,
     ModelOpt,
+    OtlpOpt,
     SeedOpt,
     StrategyOpts,
     TemperatureOpt,
+    check_otlp_endpoint,
     check_out_folder,
     choose_backend,
     parse_strategy_options,
@@ -150,6 +153,7 @@ def eval_command(
         bool | None,
         typer.Option(help="write pareto.png beside the records (default: when matplotlib is installed)"),
     ] = None,
+    otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
     from evals.plots import INSTALL_HINT, MISSING, can_plot, require_plotting
@@ -187,7 +191,9 @@ def eval_command(
             "source": _data_source(offline, hub),
             "new_run": new_run,
             "fail_fast": fail_fast,
+            "otlp_endpoint": otlp_endpoint,
         }
+        check_otlp_endpoint(otlp_endpoint)
         check_out_folder(out)
         if plot:
             require_plotting()
@@ -269,7 +275,9 @@ def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[Any]:
         finally:
             await backend.aclose()
 
-    return anyio.run(until_terminated, main)
+    with tracing.configured(settings["otlp_endpoint"]):  # flushed before the command returns
+        records: list[Any] = anyio.run(until_terminated, main)
+    return records
 
 
 def report_command(

@@ -128,6 +128,9 @@ class RunInfo(_Strict):
     versions: dict[str, str]
     seeds: list[int] = Field(default_factory=list)  # --seeds: the sweep ran once per sampling seed
     earlier: list[dict[str, Any]] = Field(default_factory=list)
+    # This invocation's counters (paragen.metrics: runs by outcome, tokens by kind, latency
+    # histograms), written when its sweep ends.
+    metrics: dict[str, float] = Field(default_factory=dict)
 
 
 class EvalRecord(_Strict):

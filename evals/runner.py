@@ -52,6 +52,7 @@ from evals.tasks.base import Task
 from paragen.backends.base import Backend
 from paragen.config import Budget, spec_without_credentials
 from paragen.errors import ConfigError
+from paragen.metrics import Metrics
 from paragen.orchestrator import Orchestrator
 from paragen.registry import load_strategy
 from paragen.strategy import Strategy, build_strategy, count_field, parallel_samples
@@ -207,8 +208,14 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     problems recorded as backend errors are run again.
     """
     # The orchestrator first: it refuses bad limits before the run folder is touched.
+    metrics = Metrics()
+    metrics.watch(backend)
     orch = Orchestrator(
-        backend, defaults=spec.sampling, budget=spec.budget, max_concurrent_problems=spec.max_concurrent
+        backend,
+        defaults=spec.sampling,
+        budget=spec.budget,
+        max_concurrent_problems=spec.max_concurrent,
+        metrics=metrics,
     )
     # Opened (and probed) before the run folder is touched: a server that cannot be reached or
     # does not speak the API is one error here, not a folder of error records.
@@ -231,11 +238,16 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
         run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
         writer = RecordWriter.open(spec.out)
         write_run_info(spec.out, run_info)
-        with _progress(spec.progress) as progress:
-            for sampling in seed_samplings(spec):
-                orch.defaults = sampling
-                if await _run_combos(spec, orch, grader, writer, run_info, progress) and spec.fail_fast:
-                    break
+        try:
+            with _progress(spec.progress) as progress:
+                for sampling in seed_samplings(spec):
+                    orch.defaults = sampling
+                    if await _run_combos(spec, orch, grader, writer, run_info, progress) and spec.fail_fast:
+                        break
+        finally:
+            if orch.metrics is not None:  # what this invocation ran, also when it was cut short
+                run_info.metrics = orch.metrics.values()
+                write_run_info(spec.out, run_info)
     finally:
         await anyio.to_thread.run_sync(grader.close)
     return ordered_records(spec, run_info, load_records(spec.out).latest())

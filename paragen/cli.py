@@ -22,10 +22,12 @@ from paragen.cli_options import (
     MaxTokensOpt,
     MaxTotalTokensOpt,
     ModelOpt,
+    OtlpOpt,
     SeedOpt,
     StrategyOpts,
     TemperatureOpt,
     build_backend,
+    check_otlp_endpoint,
     check_out_file,
     count_option,
     parse_strategy_options,
@@ -67,6 +69,7 @@ def run(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="also write the result as JSON to this file")
     ] = None,
+    otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Answer QUESTION with a strategy; print the answer, the traces and the accounting."""
     from paragen.cli_run import cli_problem, execute_run
@@ -82,8 +85,11 @@ def run(
     problem = cli_problem(question)
     if out is not None:
         check_out_file(out)
+    check_otlp_endpoint(otlp_endpoint)
     backend_obj, _ = build_backend(backend, model=model, base_url=base_url, options=backend_opt)
-    execute_run(problem, chosen, backend_obj, sampling, budget, as_json=as_json, out=out)
+    execute_run(
+        problem, chosen, backend_obj, sampling, budget, as_json=as_json, out=out, otlp_endpoint=otlp_endpoint
+    )
 
 
 @app.command("strategies")

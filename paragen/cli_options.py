@@ -58,6 +58,21 @@ DeadlineOpt = Annotated[
 ]
 
 
+OtlpOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--otlp-endpoint",
+        help="export OpenTelemetry traces to this OTLP/HTTP endpoint, e.g. http://localhost:4318 "
+        "(or set OTEL_EXPORTER_OTLP_ENDPOINT; needs paragen[otel])",
+    ),
+]
+
+
+def check_otlp_endpoint(endpoint: str | None) -> None:
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(f"bad --otlp-endpoint {endpoint!r}: an http(s) URL, e.g. http://localhost:4318")
+
+
 def validated(model: Any, **values: Any) -> Any:
     """``model(**values)``, or one ConfigError naming the flag of the first bad value."""
     from pydantic import ValidationError

@@ -12,6 +12,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from paragen import tracing
 from paragen.backends.base import Backend
 from paragen.config import Budget
 from paragen.errors import BackendError, ConfigError
@@ -31,6 +32,7 @@ def execute_run(
     *,
     as_json: bool,
     out: Path | None,
+    otlp_endpoint: str | None = None,
 ) -> None:
     """Run ``strategy`` on ``problem`` (the CLI has checked ``out`` before anything was generated)."""
 
@@ -43,7 +45,11 @@ def execute_run(
         finally:
             await backend.aclose()
 
-    with WorkerColumns(Console(file=sys.stdout), enabled=not as_json) as view:  # Hogwild!'s workers live
+    # Tracing where the flag or OTEL_* asks; its spans are flushed before the command returns.
+    with (
+        tracing.configured(otlp_endpoint),
+        WorkerColumns(Console(file=sys.stdout), enabled=not as_json) as view,
+    ):
         result = anyio.run(until_terminated, go)
     _fail_if_nothing_ran(result)
     if as_json:

@@ -5,10 +5,26 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from paragen.errors import ConfigError
 from paragen.types import Model
+
+
+class RepetitionDetection(Model):
+    """vLLM's ``repetition_detection`` (a backend option of ``openai`` and ``vllm``): a sample whose
+    last ``min_count`` runs of some n-gram of ``min_pattern_size``..``max_pattern_size`` tokens are
+    equal is stopped by the server, with finish reason "repetition"."""
+
+    max_pattern_size: int = Field(gt=0)
+    min_pattern_size: int = Field(default=1, gt=0)
+    min_count: int = Field(ge=2)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RepetitionDetection:
+        if self.min_pattern_size > self.max_pattern_size:
+            raise ValueError("min_pattern_size must not exceed max_pattern_size")
+        return self
 
 
 class Budget(Model):

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
+from paragen import tracing
 from paragen.accounting import summarize
 from paragen.backends.base import Backend, Capabilities
 from paragen.children import ChildTasks
@@ -316,6 +317,11 @@ class RunContext:
             for index in range(len(problems)):
                 children.start(one, index)
         return [r for r in results if r is not None]
+
+    def phase(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
+        """A block that is one phase of the run (a round, a step): with tracing on, a span whose
+        children are the samples started in it; off, nothing (``with ctx.phase("round", round=r):``)."""
+        return tracing.phase(name, attributes)
 
     def tool_span(self, label: str, **meta: Any) -> AbstractAsyncContextManager[Trace]:
         """Time a tool call as a node of the run (no tokens; its own start and end)."""

@@ -23,6 +23,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from paragen import tracing
 from paragen.backends.base import Capabilities, CompletionStream
 from paragen.errors import BackendError
 from paragen.ledger import Account
@@ -185,7 +186,7 @@ class Fanout:
         assert live.scope is not None
         live.request = request
         try:
-            with live.scope:
+            with live.scope, tracing.current(live.trace):  # its backend requests: children of its span
                 async with (self._opener or account.backend.stream)(request) as stream:
                     live.stream = stream
                     now, charge, add = ledger.clock.now, ledger.charge, live.add
@@ -216,7 +217,7 @@ class Fanout:
                 scope.cancel()
 
         try:
-            with scope:
+            with scope, tracing.current(lives[0].trace):
                 async with account.backend.stream(request) as stream:
                     for live in lives:
                         live.group = live.stream = stream

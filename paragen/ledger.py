@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from paragen import tracing
 from paragen.backends.base import Backend
 from paragen.config import Budget
 from paragen.errors import BudgetExceededError
@@ -103,6 +104,9 @@ class Account:
         )
         ledger.traces.append(trace)
         self.traces.append(trace)
+        tracer = tracing.active
+        if tracer is not None:
+            tracer.trace_started(trace)
         if ledger.sink is not None:
             ledger.sink(
                 SampleStarted(problem_id=self.problem_id, trace_id=trace.id, label=trace.label, t=trace.start)
@@ -112,6 +116,9 @@ class Account:
     def ended(self, trace: Trace) -> None:
         ledger = self.ledger
         ledger.live.pop(trace.id, None)
+        tracer = tracing.active
+        if tracer is not None:
+            tracer.trace_ended(trace)
         if ledger.sink is not None:
             ledger.sink(SampleEnded(problem_id=self.problem_id, trace=trace))
 

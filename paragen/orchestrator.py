@@ -15,9 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from paragen import tracing
 from paragen.accounting import summarize
 from paragen.backends.base import Backend, open_backend
 from paragen.config import Budget
@@ -36,6 +38,9 @@ from paragen.types import Problem, SamplingParams, StrategyResult
 StrategyLike = Strategy | str
 ProblemLike = Problem | str
 
+if TYPE_CHECKING:
+    from paragen.metrics import Metrics
+
 
 class Orchestrator:
     """Runs strategies over one backend with shared defaults, budget and concurrency limit."""
@@ -49,6 +54,7 @@ class Orchestrator:
         max_concurrent_problems: int = 8,
         on_event: EventSink | None = None,
         scorers: Scorers | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if max_concurrent_problems <= 0:
             raise ValueError("max_concurrent_problems must be positive")
@@ -57,6 +63,8 @@ class Orchestrator:
         self.budget = budget or Budget()
         self.limit = max_concurrent_problems
         self.on_event = on_event
+        # Prometheus counters of every run (paragen.metrics); None: nothing counted, nothing imported.
+        self.metrics = metrics
         # The verifiers strategies score with (reward models are loaded once, not per run); a pool
         # given here is the caller's to close, one made here closes with aclose().
         self.scorers = scorers or Scorers()
@@ -103,7 +111,44 @@ class Orchestrator:
         strategy, problem = as_strategy(strategy), as_problem(problem)
         await self.open()
         await self.open_verifiers(strategy)
-        ledger = Ledger(self.budget, self.on_event)
+        if self.metrics is None:
+            return await self._run(strategy, problem, self.on_event)
+        return await self._run_counted(strategy, problem, self.metrics)
+
+    async def _run_counted(self, strategy: Strategy, problem: Problem, metrics: Metrics) -> StrategyResult:
+        """``_run`` with its samples and outcome counted in ``metrics``."""
+        observer, on_event = metrics.observer(), self.on_event
+
+        def sink(event: Any) -> None:
+            observer(event)
+            if on_event is not None:
+                on_event(event)
+
+        metrics.runs_running += 1
+        try:
+            result = await self._run(strategy, problem, sink)
+        except BaseException as exc:  # counted, then raised as it came
+            metrics.run_stopped(strategy.name, "cancelled" if _is_cancellation(exc) else "failed")
+            raise
+        finally:
+            metrics.runs_running -= 1
+            observer.close()
+        metrics.run_ended(result)
+        return result
+
+    async def _run(self, strategy: Strategy, problem: Problem, on_event: EventSink | None) -> StrategyResult:
+        tracer = tracing.active
+        if tracer is None:
+            return await self._run_once(strategy, problem, on_event)
+        with tracer.run(strategy.name, problem.id) as span:  # the root of the run's spans
+            result = await self._run_once(strategy, problem, on_event)
+            span.ended(result)
+            return result
+
+    async def _run_once(
+        self, strategy: Strategy, problem: Problem, on_event: EventSink | None
+    ) -> StrategyResult:
+        ledger = Ledger(self.budget, on_event)
         ctx = RunContext(
             self.backend,
             problem,
@@ -117,8 +162,8 @@ class Orchestrator:
             stop_reason = "budget"
         result = self._complete(result, ctx, ledger, stop_reason, error)
         result.config = strategy.config.model_dump(mode="json")
-        if self.on_event is not None:
-            self.on_event(RunEnded(result=result))
+        if on_event is not None:
+            on_event(RunEnded(result=result))
         return result
 
     async def _execute(
@@ -153,9 +198,12 @@ class Orchestrator:
     ) -> StrategyResult:
         latency = ctx.now()
         traces = ledger.traces
+        tracer = tracing.active
         for trace in traces:  # a deadline may have cut samples off mid-way
             if trace.end is None:
                 trace.end, trace.status, trace.cancel_reason = latency, "cancelled", stop_reason
+                if tracer is not None:
+                    tracer.trace_ended(trace)
         usage = summarize(traces, latency_s=latency)
         if result is None:
             return StrategyResult(
@@ -244,6 +292,13 @@ class Orchestrator:
             async with recv:
                 yield recv
             tg.cancel_scope.cancel()
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(cancelled) is not None
+    return isinstance(exc, cancelled)
 
 
 async def _raising(

@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
+# "repetition": the server stopped a sample that repeats itself (vLLM's repetition_detection).
+FinishReason = Literal["stop", "length", "abort", "error", "tool_calls", "repetition"]
 TraceStatus = Literal["ok", "cancelled", "pruned", "error"]
 TraceKind = Literal["sample", "judge", "tool", "probe", "score"]
 CountSource = Literal["server", "token_ids", "tokenizer", "estimate", "none"]

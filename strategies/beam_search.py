@@ -61,11 +61,14 @@ class BeamSearch(BaseStrategy[BeamSearchConfig]):
         search = StepSearch(ctx, cfg, problem.question)
         active, finished, depth = [Path()], list[Path](), 0
         for depth in range(cfg.max_depth):
-            counts = [cfg.n] if depth == 0 else proposal_counts(len(active), cfg.n, cfg.m, refill=cfg.refill)
-            grown = await search.expand(active, counts, depth=depth, stop_after=cfg.n - len(finished))
-            proposals = [p for found in grown for p in found]
-            finished += [p for p in proposals if p.finished]
-            active = self._select(ctx, search, [p for p in proposals if not p.finished], depth)
+            with ctx.phase("step", depth=depth):
+                counts = (
+                    [cfg.n] if depth == 0 else proposal_counts(len(active), cfg.n, cfg.m, refill=cfg.refill)
+                )
+                grown = await search.expand(active, counts, depth=depth, stop_after=cfg.n - len(finished))
+                proposals = [p for found in grown for p in found]
+                finished += [p for p in proposals if p.finished]
+                active = self._select(ctx, search, [p for p in proposals if not p.finished], depth)
             if len(finished) >= cfg.n or not active:
                 break
         leaves = rank(finished, cfg)[: cfg.n] or active

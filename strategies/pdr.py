@@ -122,10 +122,13 @@ class PDR(BaseStrategy[PDRConfig]):
         distills: list[Draft] = []
         workspaces: list[str | None] = [None] * cfg.parallelism[0]
         for r, m in enumerate(cfg.parallelism):
-            drafts = await self._round(ctx, problem, r, workspaces, sub, rounds)
-            rounds.append(drafts)
-            if r + 1 < len(cfg.parallelism):
-                workspaces = await self._distill(ctx, problem, drafts, cfg.parallelism[r + 1], rng, distills)
+            with ctx.phase("round", round=r, drafts=m):
+                drafts = await self._round(ctx, problem, r, workspaces, sub, rounds)
+                rounds.append(drafts)
+                if r + 1 < len(cfg.parallelism):
+                    workspaces = await self._distill(
+                        ctx, problem, drafts, cfg.parallelism[r + 1], rng, distills
+                    )
             ctx.emit("pdr round done", round=r, drafts=m, answers=[d.answer for d in drafts])
         return self._finish(ctx, rounds, distills)
 

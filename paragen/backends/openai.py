@@ -162,6 +162,7 @@ class OpenAIBackend:
             await raise_for_status(response)
             models = [m for m in _json(response, url).get("data", []) if isinstance(m, dict)]
         kind = self.config.server if self.config.server != "auto" else _kind(models)
+        self.config.check_knobs(kind, replica.url)
         model = self.config.model or (str(models[0]["id"]) if models and "id" in models[0] else None)
         if model is None:
             raise ConfigError(

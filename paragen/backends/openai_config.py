@@ -10,7 +10,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from paragen.backends.openai_wire import ServerKind
-from paragen.config import move_url_credentials
+from paragen.config import RepetitionDetection, move_url_credentials
+from paragen.errors import ConfigError
 from paragen.types import Model
 
 
@@ -37,6 +38,11 @@ class OpenAIConfig(Model):
     # Hedged requests over the pool (off: None): no token within this many seconds (0: at once)
     # sends the request to a second replica too; the first to stream a token wins.
     hedge_after_s: float | None = Field(default=None, ge=0)
+    # The servers' own scheduling and stopping knobs, sent on every request (checked against the
+    # server kind when the backend opens): vLLM's and SGLang's request priority (each needs its
+    # server's priority scheduling on), and vLLM's n-gram repetition detection.
+    priority: int | None = None
+    repetition_detection: RepetitionDetection | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)  # server extras: ignore_eos, min_p, ...
 
     @model_validator(mode="before")
@@ -52,6 +58,28 @@ class OpenAIConfig(Model):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"{url!r} is not an http(s) URL (e.g. http://localhost:8000/v1)")
         return value.rstrip("/") if isinstance(value, str) else tuple(u.rstrip("/") for u in value)
+
+    def server_knobs(self) -> dict[str, Any]:
+        """The body fields of the knobs set (checked against each server by ``check_knobs``)."""
+        fields: dict[str, Any] = {}
+        if self.priority is not None:
+            fields["priority"] = self.priority
+        if self.repetition_detection is not None:
+            fields["repetition_detection"] = self.repetition_detection.model_dump()
+        return fields
+
+    def check_knobs(self, kind: ServerKind, url: str) -> None:
+        """A ConfigError where a knob is set that a server of ``kind`` would not take."""
+        if self.repetition_detection is not None and kind != "vllm":
+            raise ConfigError(
+                f"repetition_detection is vLLM's, and {url} is a {kind} server",
+                hint="drop the option, or set server='vllm' if it is vLLM behind a proxy",
+            )
+        if self.priority is not None and kind not in ("vllm", "sglang"):
+            raise ConfigError(
+                f"priority is taken by vLLM and SGLang, and {url} is a {kind} server",
+                hint="drop the option, or set server= to the kind it is",
+            )
 
     def resolved_key(self) -> str | None:
         if self.api_key is not None:

@@ -108,6 +108,8 @@ class Race:
         if winner is None:
             assert primary.error is not None
             raise primary.error
+        if winner is not primary:
+            winner.replica.num_hedges_won += 1
         return winner
 
     async def _settle(

@@ -22,6 +22,7 @@ import anyio
 import httpx
 from httpx_sse import EventSource
 
+from paragen import tracing
 from paragen.backends.base import CompletionStream
 from paragen.backends.openai_config import OpenAIConfig, ServerInfo
 from paragen.backends.openai_hedge import Race
@@ -184,10 +185,14 @@ class HTTPStream:
         base = self.usage.model_copy() if self._num_seen else None
         parser = ChunkParser(self._backend.endpoint_for(request), usage, num_choices=request.n, base=base)
         client = self._backend.client
-        with map_http_errors(url):
-            http_request = client.build_request("POST", url, json=body, headers=_SSE_HEADERS)
-            response = await client.send(http_request, stream=True)
+        response: httpx.Response | None = None
+        tracer, failure = tracing.active, None
+        span = None if tracer is None else tracer.request(_operation(url), info.model, url, request)
         try:
+            with map_http_errors(url):
+                headers = _SSE_HEADERS if span is None else span.headers(_SSE_HEADERS)  # W3C traceparent
+                http_request = client.build_request("POST", url, json=body, headers=headers)
+                response = await client.send(http_request, stream=True)
             with map_http_errors(url), redacting(response.request):
                 await raise_for_status(response)
                 async with aclosing(EventSource(response).aiter_sse()) as events:
@@ -199,8 +204,15 @@ class HTTPStream:
                             yield delta
             if not parser.is_done:
                 raise BackendConnectionError(f"{url}: the stream ended before the completion did")
+        except BackendError as exc:
+            replica.num_errors += 1  # shown per replica on paragen serve's /metrics
+            failure = exc
+            raise
         finally:
-            await _close(response, self._backend, replica, None if parser.is_done else rid)
+            if response is not None:
+                await _close(response, self._backend, replica, None if parser.is_done else rid)
+            if span is not None:
+                span.ended(usage, failure)
 
     def _prepare(
         self, replica: Replica, info: ServerInfo, request: GenerateRequest, usage: Usage
@@ -212,12 +224,18 @@ class HTTPStream:
         endpoint = self._backend.endpoint_for(request)
         rid = f"{request.request_id}-{uuid.uuid4().hex[:8]}" if info.kind == "sglang" else None
         options = WireOptions(info.model, endpoint, info.kind, info.continuous_usage, rid)
-        body = {**build_body(request, options), **self._backend.config.extra_body}
+        config = self._backend.config
+        body = {**build_body(request, options), **config.server_knobs(), **config.extra_body}
         if not self._num_seen:
             usage.prompt_tokens, usage.completion_tokens, usage.source = 0, 0, "none"
             usage.cached_prompt_tokens = None
         url = f"{replica.url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
         return url, body, rid
+
+
+def _operation(url: str) -> str:
+    """The GenAI operation name of a request to ``url``."""
+    return "chat" if url.endswith("/chat/completions") else "text_completion"
 
 
 async def _close(response: httpx.Response, backend: StreamOwner, replica: Replica, rid: str | None) -> None:

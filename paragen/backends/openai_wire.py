@@ -27,6 +27,7 @@ _FINISH: dict[str, FinishReason] = {
     "error": "error",
     "tool_calls": "tool_calls",
     "function_call": "tool_calls",
+    "repetition": "repetition",  # vLLM's repetition_detection stopped it
 }
 
 

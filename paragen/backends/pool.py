@@ -37,7 +37,9 @@ class Replica:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     is_up: bool = True
     check_at: float = 0.0  # monotonic time at which a down replica is due for a health check
-    num_failures: int = 0
+    num_failures: int = 0  # times marked down
+    num_errors: int = 0  # requests (attempts) that failed on it
+    num_hedges_won: int = 0  # hedged copies sent to it that streamed first
 
     @property
     def root(self) -> str:

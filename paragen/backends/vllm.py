@@ -21,11 +21,17 @@ import anyio
 from pydantic import Field, ValidationError
 
 from paragen.backends.base import Capabilities, CompletionStream, refuse_tools
+from paragen.config import RepetitionDetection
 from paragen.errors import ConfigError, EngineError, ParagenError
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, SamplingParams, Usage
 
 _INSTALL = "pip install 'paragen[vllm]'"
-_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "abort": "abort",
+    "repetition": "repetition",  # repetition_detection in extra_sampling stopped it
+}
 
 
 class VLLMConfig(Model):
@@ -45,9 +51,14 @@ class VLLMConfig(Model):
     extra_sampling: dict[str, Any] = Field(
         default_factory=dict
     )  # vLLM SamplingParams extras: ignore_eos, ...
+    # On every request, as the openai backend's options of the same names: the request priority
+    # (with engine_args {"scheduling_policy": "priority"}) and n-gram repetition detection.
+    priority: int | None = None
+    repetition_detection: RepetitionDetection | None = None
 
     def to_engine_kwargs(self) -> dict[str, Any]:
-        kwargs = self.model_dump(exclude={"engine_args", "extra_sampling"}, exclude_none=True)
+        per_request = {"engine_args", "extra_sampling", "priority", "repetition_detection"}
+        kwargs = self.model_dump(exclude=per_request, exclude_none=True)
         return {**kwargs, **self.engine_args}
 
 
@@ -146,6 +157,10 @@ class VLLMBackend:
 
         params: SamplingParams = request.params
         wants_logprobs = params.logprobs or params.top_logprobs > 0
+        knobs: dict[str, Any] = {}
+        if self.config.repetition_detection is not None:
+            detection = self.config.repetition_detection.model_dump()
+            knobs["repetition_detection"] = self._vllm.sampling_params.RepetitionDetectionParams(**detection)
         return self._vllm.SamplingParams(
             n=request.n,
             max_tokens=params.max_tokens,
@@ -156,6 +171,7 @@ class VLLMBackend:
             stop=list(params.stop) or None,
             logprobs=params.top_logprobs if wants_logprobs else None,
             output_kind=RequestOutputKind.DELTA,
+            **knobs,
             **self.config.extra_sampling,
         )
 
@@ -197,7 +213,9 @@ class _VLLMContext:
     async def __aenter__(self) -> CompletionStream:
         prompt = await self._backend.prompt_text(self._request)
         params = self._backend.sampling_params(self._request)
-        outputs = self._backend.engine.generate(prompt, params, self._request_id)
+        priority = self._backend.config.priority
+        extra = {} if priority is None else {"priority": priority}
+        outputs = self._backend.engine.generate(prompt, params, self._request_id, **extra)
         self._stream = _VLLMStream(outputs, self._request.params.top_logprobs, self._request.n)
         return self._stream
 

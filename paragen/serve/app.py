@@ -1,4 +1,5 @@
-"""The ASGI app: /v1/chat/completions, /v1/completions, /v1/models and /health, on Starlette.
+"""The ASGI app: /v1/chat/completions, /v1/completions, /v1/responses, /v1/models, /health and /metrics
+(Prometheus' text format, see paragen.metrics), on Starlette.
 
 Every error answer has OpenAI's shape (``{"error": {...}}``); unknown routes and methods
 too. The API key, when the server has one, is compared in constant time and appears in
@@ -20,15 +21,20 @@ import anyio
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from paragen import tracing
 from paragen.backends.base import Backend
+from paragen.metrics import CONTENT_TYPE
 from paragen.serve.config import ServeConfig
 from paragen.serve.errors import APIError, bad_request, from_validation, internal_error
 from paragen.serve.health import start_health_checks
+from paragen.serve.render import ChatWire
 from paragen.serve.responses import RunResponse, RunStream, error_response
+from paragen.serve.responses_api import ResponsesRequest, ResponsesWire, new_id
 from paragen.serve.routing import AnyRequest
 from paragen.serve.service import Service
 from paragen.serve.wire import ChatRequest, CompletionRequest
@@ -51,6 +57,22 @@ class Handlers:
     async def completions(self, request: Request) -> Response:
         return await self._complete(request, CompletionRequest)
 
+    async def responses(self, request: Request) -> Response:
+        self._authorize(request)
+        body = await self._read_json(request)
+        try:
+            parsed = ResponsesRequest.model_validate(body)
+            chat = parsed.chat()
+        except ValidationError as exc:
+            raise from_validation(exc) from None
+        plan = self.service.router.plan(chat)
+        plan.id = new_id()
+        await self.service.check_prompt(plan)
+        wire = ResponsesWire(plan, parsed)
+        if parsed.stream:
+            return RunStream(self.service, plan, wire, events=parsed.paragen.events)
+        return RunResponse(self.service, plan, wire)
+
     async def models(self, request: Request) -> Response:
         self._authorize(request)
         config, router = self.service.config, self.service.router
@@ -64,6 +86,10 @@ class Handlers:
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", **self.service.stats.as_dict()})
 
+    async def metrics(self, request: Request) -> Response:
+        metrics = self.service.metrics
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
     async def _complete(self, request: Request, kind: type[AnyRequest]) -> Response:
         self._authorize(request)
         body = await self._read_json(request)
@@ -75,15 +101,10 @@ class Handlers:
         self.service.check_tools(plan)
         await self.service.check_prompt(plan)
         options = parsed.paragen
+        wire = ChatWire(plan, include_result=options.include_result, include_usage=parsed.include_usage)
         if parsed.stream:
-            return RunStream(
-                self.service,
-                plan,
-                include_usage=parsed.include_usage,
-                include_result=options.include_result,
-                events=options.events,
-            )
-        return RunResponse(self.service, plan, options.include_result)
+            return RunStream(self.service, plan, wire, events=options.events)
+        return RunResponse(self.service, plan, wire)
 
     def _authorize(self, request: Request) -> None:
         if self._key is None:
@@ -167,11 +188,15 @@ def create_app(backend: Backend, config: ServeConfig, *, close_backend: bool = T
     routes = [
         Route("/v1/chat/completions", handlers.chat, methods=["POST"]),
         Route("/v1/completions", handlers.completions, methods=["POST"]),
+        Route("/v1/responses", handlers.responses, methods=["POST"]),
         Route("/v1/models", handlers.models, methods=["GET"]),
         Route("/health", handlers.health, methods=["GET"]),
+        Route("/metrics", handlers.metrics, methods=["GET"]),
     ]
+    tracer = tracing.active
     app = Starlette(
         routes=routes,
+        middleware=[] if tracer is None else [Middleware(tracer.asgi)],
         lifespan=lifespan,
         exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _unexpected},
     )

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paragen.cli_options import BackendOpt, BackendOpts, ModelOpt
+from paragen.cli_options import BackendOpt, BackendOpts, ModelOpt, OtlpOpt, check_otlp_endpoint
 from paragen.errors import ConfigError
 
 _FLAGS = {
@@ -53,6 +53,7 @@ def serve_command(
     access_log: Annotated[
         bool, typer.Option(help="log one line per request (method, path, status; never a header)")
     ] = True,
+    otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Serve an OpenAI-compatible API whose model names pick a strategy (e.g. ffs-8/smollm2)."""
     from paragen.serve.config import ServeConfig
@@ -60,6 +61,7 @@ def serve_command(
 
     api_key = _api_key(api_key_env)
     _check_log_level(log_level)
+    check_otlp_endpoint(otlp_endpoint)
     config = _validated(
         ServeConfig,
         model_names=tuple(served_model_name) or ("pending",),
@@ -75,7 +77,8 @@ def serve_command(
     sock = bind(host, port)  # before the model loads: a taken port fails at once
     try:
         backend_obj = _backend(backend, model, backend_opt)
-        _serve(backend_obj, config, sock, model, bool(served_model_name), (log_level, access_log))
+        with _tracing(otlp_endpoint):
+            _serve(backend_obj, config, sock, model, bool(served_model_name), (log_level, access_log))
     finally:
         sock.close()
 
@@ -99,6 +102,12 @@ def _serve(
         await uvicorn_server(app, log_level=log_level, access_log=access_log).serve(sockets=[sock])
 
     run_in_foreground(main)
+
+
+def _tracing(endpoint: str | None) -> Any:
+    from paragen import tracing
+
+    return tracing.configured(endpoint)  # on where the flag or OTEL_* asks; flushed at shutdown
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's

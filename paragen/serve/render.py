@@ -12,13 +12,65 @@ Extensions (documented in docs/serve.md), all ignored by clients that do not kno
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+from paragen.serve.errors import APIError
 from paragen.serve.routing import Plan
 from paragen.serve.service import generated_tokens
 from paragen.types import StrategyResult
 
 EVENT_PREFIX = "paragen "
+
+# One SSE event is "data: TEXT" (or ": TEXT", a comment) and a blank line, as sse-starlette writes it.
+# Every text sent here is JSON (or [DONE]), which has no line break, so it is one line as it is.
+SSE_END = b"\r\n\r\n"
+
+
+def sse_data(text: str) -> bytes:
+    return b"data: " + text.encode() + SSE_END
+
+
+class ChatWire:
+    """Chat and legacy completions answers: one JSON body, or OpenAI's chunks then ``[DONE]``."""
+
+    def __init__(self, plan: Plan, *, include_result: bool = False, include_usage: bool = False) -> None:
+        self.plan = plan
+        self.created = int(time.time())
+        self.include_result = include_result
+        self.include_usage = include_usage
+        self._content: list[ContentChunks] | None = None
+
+    def answer(self, results: list[StrategyResult]) -> dict[str, Any]:
+        return completion(self.plan, results, self.created, self.include_result)
+
+    def opening(self) -> list[bytes]:
+        plan, created = self.plan, self.created
+        self._content = [ContentChunks(plan, created, i) for i in range(plan.choices)]
+        return [sse_data(chunk(plan, created, i, role=True)) for i in range(plan.choices)]
+
+    def text(self, index: int, text: str) -> bytes:
+        assert self._content is not None, "opening() first"
+        return sse_data(self._content[index](text))
+
+    def closing(self, results: list[StrategyResult]) -> list[bytes]:
+        plan, created = self.plan, self.created
+        frames: list[str] = []
+        for index, result in enumerate(results):
+            text = answer_text(result)
+            if plan.strategy_name is not None and (text or not result.tool_calls):
+                frames.append(chunk(plan, created, index, text=text))  # a pass-through's has streamed
+            if result.tool_calls:
+                frames.append(chunk(plan, created, index, tool_calls=stream_tool_calls(result)))
+            ext = choice_extension(plan, result, self.include_result)
+            frames.append(chunk(plan, created, index, finish=finish_reason(plan, result), extension=ext))
+        if self.include_usage:
+            frames.append(usage_chunk(plan, created, results))
+        frames.append("[DONE]")
+        return [sse_data(frame) for frame in frames]
+
+    def failure(self, error: APIError) -> bytes:
+        return sse_data(json.dumps(error.body()))
 
 
 def usage(results: list[StrategyResult]) -> dict[str, Any]:

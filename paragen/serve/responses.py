@@ -9,12 +9,10 @@ starts, so the counted runs are exactly those whose response is being produced.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -24,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from paragen.serve import render
 from paragen.serve.errors import APIError, internal_error
+from paragen.serve.render import SSE_END
 from paragen.serve.routing import Plan
 from paragen.serve.service import Service, failure
 from paragen.types import StrategyResult
@@ -35,14 +34,30 @@ def error_response(exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
+class Wire(Protocol):
+    """One API's answer format: the whole body, or the frames of its event stream (chat and
+    completions chunks: :class:`paragen.serve.render.ChatWire`; the Responses API's events:
+    :class:`paragen.serve.responses_api.ResponsesWire`). Frames are whole SSE events, encoded."""
+
+    def answer(self, results: list[StrategyResult]) -> dict[str, Any]: ...
+
+    def opening(self) -> list[bytes]: ...
+
+    def text(self, index: int, text: str) -> bytes: ...
+
+    def closing(self, results: list[StrategyResult]) -> list[bytes]: ...
+
+    def failure(self, error: APIError) -> bytes: ...
+
+
 class RunResponse(Response):
     """A non-streamed answer: run, then send one JSON body (nothing if the client left)."""
 
-    def __init__(self, service: Service, plan: Plan, include_result: bool) -> None:
+    def __init__(self, service: Service, plan: Plan, wire: Wire) -> None:
         super().__init__()
         self.service = service
         self.plan = plan
-        self.include_result = include_result
+        self.wire = wire
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         answer: Response | None = None
@@ -57,12 +72,11 @@ class RunResponse(Response):
         with self.service.admit(self.plan):
             results = await self.service.run_all(self.plan)
         _raise_failure(results)
-        created = int(time.time())
-        return JSONResponse(render.completion(self.plan, results, created, self.include_result))
+        return JSONResponse(self.wire.answer(results))
 
 
 class RunStream(EventSourceResponse):
-    """A streamed answer: the run's events as SSE comments, then the answer as chunks, then [DONE].
+    """A streamed answer: the run's events as SSE comments, then the answer's frames (the wire's).
 
     The run is the response's data sender, in the task group sse-starlette cancels when the
     client disconnects. Frames (SSE events, already encoded) pass through an unbounded memory
@@ -70,18 +84,13 @@ class RunStream(EventSourceResponse):
     tokens). Frames that are waiting when the writer comes round go out in one write.
     """
 
-    def __init__(
-        self, service: Service, plan: Plan, *, include_usage: bool, include_result: bool, events: bool
-    ):
+    def __init__(self, service: Service, plan: Plan, wire: Wire, *, events: bool):
         self._send_items, self._receive_items = anyio.create_memory_object_stream[bytes](math.inf)
         super().__init__(_joined(self._receive_items), data_sender_callable=self._produce, ping=15)
         self.service = service
         self.plan = plan
-        self.include_usage = include_usage
-        self.include_result = include_result
+        self.wire = wire
         self.events = events
-        self.created = int(time.time())
-        self._content = [render.ContentChunks(plan, self.created, i) for i in range(plan.choices)]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -103,57 +112,34 @@ class RunStream(EventSourceResponse):
 
     async def _produce(self) -> None:
         async with self._send_items:
-            for index in range(self.plan.choices):
-                self._data(render.chunk(self.plan, self.created, index, role=True))
+            for frame in self.wire.opening():
+                self._put(frame)
             on_event = self._on_event if self.events else None
             try:
                 results = await self.service.run_all(self.plan, on_event=on_event, on_text=self._on_text)
                 _raise_failure(results)
             except APIError as exc:  # headers are sent: the error goes in the stream, as OpenAI does
-                self._data(json.dumps(exc.body()))
+                self._put(self.wire.failure(exc))
                 return
             except Exception:
                 log.exception("run failed")
-                self._data(json.dumps(internal_error().body()))
+                self._put(self.wire.failure(internal_error()))
                 return
-            self._finish(results)
-
-    def _finish(self, results: list[StrategyResult]) -> None:
-        plan, created = self.plan, self.created
-        for index, result in enumerate(results):
-            text = render.answer_text(result)
-            if plan.strategy_name is not None and (text or not result.tool_calls):
-                self._data(render.chunk(plan, created, index, text=text))  # a pass-through's has streamed
-            if result.tool_calls:
-                calls = render.stream_tool_calls(result)
-                self._data(render.chunk(plan, created, index, tool_calls=calls))
-            ext = render.choice_extension(plan, result, self.include_result)
-            reason = render.finish_reason(plan, result)
-            self._data(render.chunk(plan, created, index, finish=reason, extension=ext))
-        if self.include_usage:
-            self._data(render.usage_chunk(plan, created, results))
-        self._data("[DONE]")
+            for frame in self.wire.closing(results):
+                self._put(frame)
 
     def _on_event(self, index: int, event: Any) -> None:
         text = render.event_comment(index, event)
         if text is not None:
-            self._put(b": " + text.encode() + _END)
+            self._put(b": " + text.encode() + SSE_END)
 
     def _on_text(self, index: int, text: str) -> None:
-        self._data(self._content[index](text))
-
-    def _data(self, data: str) -> None:
-        self._put(b"data: " + data.encode() + _END)
+        self._put(self.wire.text(index, text))
 
     def _put(self, frame: bytes) -> None:
         # Samples still report their end while a cancelled run unwinds, after the reader is gone.
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._send_items.send_nowait(frame)
-
-
-# One SSE event is "data: TEXT" (or ": TEXT", a comment) and a blank line, as sse-starlette writes it.
-# Every text sent here is JSON (or [DONE]), which has no line break, so it is one line as it is.
-_END = b"\r\n\r\n"
 
 
 async def _joined(frames: MemoryObjectReceiveStream[bytes]) -> AsyncIterator[bytes]:

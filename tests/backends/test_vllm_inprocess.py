@@ -20,6 +20,7 @@ from real_servers import missing, smollm2_dir, vllm_env
 
 from paragen.backends.base import generate
 from paragen.backends.vllm import VLLMBackend
+from paragen.config import RepetitionDetection
 from paragen.orchestrator import Orchestrator
 from paragen.strategy import build_strategy
 from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams
@@ -176,6 +177,24 @@ async def test_leaving_the_stream_aborts_and_frees_the_cache(model_dir: str, bac
     assert seen <= generated <= seen + 16
 
 
+async def test_repetition_detection_and_priority_reach_the_engine(backend: VLLMBackend) -> None:
+    """24 "hello"s, greedy, no EOS: vLLM's repetition detection (a backend option, with a priority
+    beside it) stops the loop early with its own reason; without it the sample runs to max_tokens."""
+    loop = GenerateRequest(prompt="hello " * 24, params=SamplingParams(max_tokens=200, temperature=0.0))
+    plain = backend.config
+    no_eos = plain.model_copy(update={"extra_sampling": {"ignore_eos": True}})
+    detection = RepetitionDetection(max_pattern_size=4, min_count=6)
+    try:
+        backend.config = no_eos
+        [control] = await generate(backend, loop)
+        backend.config = no_eos.model_copy(update={"repetition_detection": detection, "priority": 3})
+        [stopped] = await generate(backend, loop)
+    finally:
+        backend.config = plain
+    assert control.finish_reason == "length" and control.num_tokens == 200
+    assert stopped.finish_reason == "repetition" and stopped.num_tokens < 30
+
+
 async def test_ffs_on_the_real_engine(backend: VLLMBackend) -> None:
     before = await idle()
     sampling = SamplingParams(max_tokens=128, temperature=0.8, seed=1)
@@ -197,6 +216,7 @@ def test_a_clean_exit_prints_nothing(model_dir: str) -> None:
         import anyio
         from paragen.backends.base import generate
         from paragen.backends.vllm import VLLMBackend
+from paragen.config import RepetitionDetection
         from paragen.types import GenerateRequest, SamplingParams
 
         async def main():

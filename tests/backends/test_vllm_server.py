@@ -95,6 +95,22 @@ async def test_leaving_a_stream_stops_the_generation(vllm_server: Server) -> Non
     await backend.aclose()
 
 
+async def test_repetition_detection_stops_a_looping_sample_with_the_servers_reason(
+    vllm_server: Server,
+) -> None:
+    """A prompt that makes SmolLM2 repeat itself, greedy and without EOS: with vLLM's repetition
+    detection (and a priority, which vLLM takes on every request) it ends early as "repetition";
+    without it, the same request runs to max_tokens."""
+    loop = GenerateRequest(prompt="hello " * 24, params=greedy(200))
+    detection = {"max_pattern_size": 4, "min_count": 6}
+    knobs = client(vllm_server, extra_body=NO_EOS, repetition_detection=detection, priority=3)
+    [stopped] = await generate(knobs, loop)
+    [control] = await generate(client(vllm_server, extra_body=NO_EOS), loop)
+    assert control.finish_reason == "length" and control.num_tokens == 200
+    assert stopped.finish_reason == "repetition"  # the server's own reason
+    assert stopped.num_tokens < 30
+
+
 async def test_a_client_leaving_paragen_serve_stops_vllm(vllm_server: Server) -> None:
     """client -> `paragen serve` (majority of 4) -> vLLM: the client hangs up, vLLM stops all four."""
     backend = client(vllm_server, extra_body=NO_EOS, max_retries=0)  # 1500 tokens each unless aborted

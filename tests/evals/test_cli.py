@@ -50,6 +50,20 @@ def test_eval_writes_records_and_the_plot(run_dir: Path) -> None:
     assert info["schema"] == 2 and info["data"]["kind"] == "generated" and info["data"]["rows"] == 200
 
 
+def test_run_json_has_the_sweeps_metrics_equal_to_its_records(run_dir: Path) -> None:
+    metrics = json.loads((run_dir / "run.json").read_text())["metrics"]
+    results = [json.loads(line)["result"] for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    done = {s: sum(r["strategy"] == s for r in results) for s in ("t_single", "t_vote")}
+    assert metrics['paragen_runs_total{outcome="done",strategy="t_single"}'] == done["t_single"] == 6
+    assert metrics['paragen_runs_total{outcome="done",strategy="t_vote"}'] == done["t_vote"] == 12
+    usage = [r["usage"] for r in results]
+    assert metrics['paragen_tokens_total{kind="generated"}'] == sum(u["total_tokens"] for u in usage) > 0
+    assert metrics['paragen_tokens_total{kind="prompt"}'] == sum(u["prompt_tokens"] for u in usage)
+    assert metrics['paragen_samples_total{kind="sample",status="ok"}'] == sum(u["num_samples"] for u in usage)
+    assert metrics['paragen_run_latency_seconds_count{strategy="t_vote"}'] == 12
+    assert metrics["paragen_runs_running"] == metrics["paragen_samples_running"] == 0
+
+
 def test_report_formats(run_dir: Path) -> None:
     as_json = runner.invoke(app, ["report", str(run_dir), "--format", "json"])
     data = json.loads(as_json.stdout)
