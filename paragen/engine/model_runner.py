@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from paragen.engine import fused
+from paragen.engine import fused, triton_attention
 from paragen.engine.attention import AttnMeta
 from paragen.engine.cache import KVCache
 from paragen.engine.model import Model
@@ -45,6 +45,9 @@ class ModelRunner:
         tables = self.tensor([seq.block_table + [0] * (num_blocks - len(seq.block_table)) for seq in seqs])
         ids = self.tensor([seq.last_token for seq in seqs])
         lengths = self.tensor(positions) + 1
+        if triton_attention.enabled(self.device, self.cache.kv.dtype):  # the plan built on the device
+            plan = triton_attention.decode_plan(tables, lengths, max(positions) + 1, bs)
+            return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), triton_plan=plan)
         if fused.enabled(self.device, self.cache.kv.dtype):  # on the CPU: tables are host tensors
             slot_plan = fused.decode_plan(tables, lengths, bs)
             return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), slot_plan=slot_plan)

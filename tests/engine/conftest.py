@@ -16,6 +16,9 @@ from paragen.engine import loader  # noqa: E402
 # Where the Hogwild! equivalence tests run the engine: "cuda" on a GPU machine (docs/hogwild.md);
 # their references (HF transformers, float64 attention) always run on the CPU.
 DEVICE = os.environ.get("PARAGEN_TEST_DEVICE", "cpu")
+# On a CPU the Triton kernel's tests run it in Triton's interpreter, which Triton reads at import.
+if DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")
@@ -100,15 +103,24 @@ def long_llama(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) ->
 
 
 @pytest.fixture(
-    params=[0, 4, 10**6, "fused"], ids=["torch-all-query-side", "torch-mixed", "torch-all-key-side", "fused"]
+    params=[0, 4, 10**6, "fused", "triton"],
+    ids=["torch-all-query-side", "torch-mixed", "torch-all-key-side", "fused", "triton"],
 )
 def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine's two shared attentions: the fused kernel (a CPU with a C compiler), and the torch
     one in its two ways of reading a shifted segment, each where it alone is used and both in one
     pass: every shifted segment by a rotated query, segments under 4 tokens (the tests' headers) by
     rotated keys and the rest by rotated queries, every one by rotated keys."""
-    from paragen.engine import fused, shared_plan
+    from paragen.engine import fused, shared_plan, triton_attention
 
+    if request.param == "triton":  # CUDA's; on a CPU in Triton's interpreter, where PARAGEN_TEST_TRITON=1
+        monkeypatch.setenv("PARAGEN_TRITON_ATTENTION", "interpret" if DEVICE == "cpu" else "1")
+        if not triton_attention.enabled(torch.device(DEVICE), torch.float32):
+            pytest.skip("Triton is not installed (a CPU also needs TRITON_INTERPRET=1 from the start)")
+        if DEVICE == "cpu" and os.environ.get("PARAGEN_TEST_TRITON") != "1":
+            pytest.skip("whole sessions in Triton's interpreter take minutes: PARAGEN_TEST_TRITON=1")
+        return
+    monkeypatch.setenv("PARAGEN_TRITON_ATTENTION", "0")
     if request.param == "fused":
         monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1")
         if not fused.enabled(torch.device(DEVICE), torch.float32):
