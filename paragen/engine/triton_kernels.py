@@ -22,7 +22,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-NEG = -1.0e30  # a running maximum's start: finite, so a row that has seen no key yet gives exp(-inf) = 0
+NEG = tl.constexpr(-1.0e30)  # a running maximum's start: finite, so a row that has seen no key yet gives exp(-inf) = 0
 
 
 def _partial(
