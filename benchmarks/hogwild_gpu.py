@@ -29,11 +29,11 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import hogwild as bench  # noqa: E402  (benchmarks/hogwild.py: the captured views and the timed steps)
+import hogwild as bench
 
-from paragen.engine import loader  # noqa: E402
-from paragen.engine.llm_engine import LLMEngine  # noqa: E402
-from paragen.types import SamplingParams  # noqa: E402
+from paragen.engine import loader
+from paragen.engine.llm_engine import LLMEngine
+from paragen.types import SamplingParams
 
 QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 152064, "rms_norm_eps": 1e-6}
 SHAPES: dict[str, dict[str, Any]] = {  # Qwen2.5-7B's and QwQ-32B's config.json numbers
@@ -50,7 +50,11 @@ class RandomWeights(Mapping[str, torch.Tensor]):
     """A Qwen2 checkpoint's tensors drawn on the device as the model takes them (each once)."""
 
     def __init__(self, hf: dict[str, Any], device: str):
-        h, inter, d = hf["hidden_size"], hf["intermediate_size"], hf["hidden_size"] // hf["num_attention_heads"]
+        h, inter, d = (
+            hf["hidden_size"],
+            hf["intermediate_size"],
+            hf["hidden_size"] // hf["num_attention_heads"],
+        )
         q, kv = hf["num_attention_heads"] * d, hf["num_key_value_heads"] * d
         self.shapes: dict[str, tuple[int, ...]] = {
             "model.embed_tokens.weight": (hf["vocab_size"], h),
@@ -102,7 +106,7 @@ def engine_of(shape: str, device: str, kv_cache_mb: int) -> LLMEngine:
     hf = {**QWEN2, **SHAPES[shape], "max_position_embeddings": 32768, "rope_theta": 1e6}
     folder = Path(tempfile.mkdtemp(prefix=f"qwen2-{shape}-"))
     (folder / "config.json").write_text(json.dumps(hf))
-    loader.Checkpoint = lambda model_dir, dev="cpu": RandomWeights(hf, device)  # type: ignore[assignment,misc]
+    loader.Checkpoint = lambda model_dir, dev="cpu": RandomWeights(hf, device)  # type: ignore[assignment,misc,return-value]
     loader.load_tokenizer = lambda model_dir: StandInTokenizer()
     return LLMEngine(str(folder), dtype="bfloat16", device=device, kv_cache_mb=kv_cache_mb)
 
@@ -168,7 +172,9 @@ def main() -> None:
         bench.ROUNDS, bench.STEPS = rounds
         for view_tokens in args.views:
             result = measure(engine, captures, view_tokens)
-            print(json.dumps({"shape": shape, "view_tokens": view_tokens, "device": name, **result}), flush=True)
+            print(
+                json.dumps({"shape": shape, "view_tokens": view_tokens, "device": name, **result}), flush=True
+            )
         del engine
         if args.device == "cuda":
             torch.cuda.empty_cache()

@@ -227,10 +227,10 @@ class Checkpoint(Mapping[str, torch.Tensor]):
             raise ConfigError(f"{model_dir} holds no .safetensors files")
         self.device = str(device)
         self._files = [safe_open(str(file), framework="pt", device=self.device) for file in files]
-        self._where = {name: handle for handle in self._files for name in handle.keys()}
+        self._where = {name: handle for handle in self._files for name in handle.keys()}  # type: ignore[no-untyped-call]  # noqa: SIM118
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        tensor: torch.Tensor = self._where[name].get_tensor(name)
+        tensor: torch.Tensor = self._where[name].get_tensor(name)  # type: ignore[no-untyped-call]
         return tensor
 
     def __contains__(self, name: object) -> bool:  # without reading the tensor, as Mapping's would

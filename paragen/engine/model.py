@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from paragen.engine import triton_attention
 from paragen.engine.attention import (
     Attend,
     AttnMeta,
@@ -23,7 +24,6 @@ from paragen.engine.attention import (
     prefill_attention,
     rope_,
 )
-from paragen.engine import triton_attention
 from paragen.engine.loader import ModelConfig
 from paragen.errors import ConfigError
 
@@ -114,7 +114,9 @@ class Model:
         half = cfg.head_dim // 2
         self.sin = torch.cat((-angles.sin()[:, :half], angles.sin()[:, half:]), dim=-1).to(self.device, dtype)
 
-    def _layer(self, get: Callable[[str], torch.Tensor], tensors: Mapping[str, torch.Tensor], p: str) -> Layer:
+    def _layer(
+        self, get: Callable[[str], torch.Tensor], tensors: Mapping[str, torch.Tensor], p: str
+    ) -> Layer:
         qkv_names = [f"{p}self_attn.{x}_proj" for x in "qkv"]
         has_bias = f"{qkv_names[0]}.bias" in tensors
         qkv = torch.cat([get(f"{n}.weight") for n in qkv_names])

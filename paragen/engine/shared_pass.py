@@ -14,7 +14,7 @@ from functools import partial
 
 import torch
 
-from paragen.engine import fused, triton_attention
+from paragen.engine import cuda_graphs, fused, triton_attention
 from paragen.engine.attention import Attend, AttnMeta
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.model_runner import ModelRunner
@@ -46,6 +46,10 @@ def model_logits(engine: LLMEngine, rows: Sequence[Placed]) -> torch.Tensor:
         slots += rows[i].slots
         last[i] = len(ids) - 1
     runner = engine.runner
+    graphs = runner.graphs if len(ids) <= cuda_graphs.MAX_TOKENS else None
+    if graphs is not None:  # the graph's logits are its own buffer: the caller may change them
+        plans = [rows[i].plan for i in order]
+        return graphs.shared(plans, ids, pos, slots, last, (engine.model.cos, engine.model.sin)).clone()
     attend = _attention(engine, [rows[i].plan for i in order], len(ids))
     meta = AttnMeta(is_prefill=False, slots=runner.tensor(slots))
     hidden = engine.model.forward(runner.tensor(ids), runner.tensor(pos), meta, engine.cache.kv, attend)

@@ -1,4 +1,4 @@
-"""The engine's attention on CUDA: one Triton kernel a layer over lists of cache slots (``triton_kernels.py``).
+"""The engine's attention on CUDA: one Triton kernel a layer over lists of cache slots (triton_kernels.py).
 
 A plan says what each query token reads, the same for every layer: its class's list of slots (a
 Hogwild! session's one-token rows read one list, each key loaded once for all of them; a row of
@@ -26,7 +26,7 @@ import torch
 
 from paragen.engine.attention import Attend
 from paragen.engine.shared_plan import RowPlan, Tables, turned_back
-from paragen.engine.triton_tiling import Class, key_classes
+from paragen.engine.triton_tiling import key_classes
 
 BLOCK_N = 64  # keys a tile
 # Splits are sized so a layer's programs (classes x KV heads x splits) fill the GPU about twice;
@@ -68,49 +68,57 @@ class Plan:
 
 def shared_plan(plans: list[RowPlan], tables: Tables, device: torch.device) -> Plan:
     """A Hogwild! forward's plan: its rows come in ``plans`` order, their tokens in that order."""
+    arrays = shared_arrays(plans, tables)
+    sizes = [len(part) for part in arrays.ints]
+    joined = array("i")
+    for part in arrays.ints:
+        joined += part
+    ints = torch.frombuffer(joined, dtype=torch.int32).to(device)  # the host's arrays in one copy
+    cos, sin = arrays.rotations
+    rotations = (cos.to(device, torch.float32).contiguous(), sin.to(device, torch.float32).contiguous())
+    key_slots, key_run, class_keys, tokens, starts, counts, rot = torch.split(ints, sizes)
+    return Plan(
+        key_slots, key_run, class_keys, tokens, starts, counts, rot, rotations,
+        arrays.num_classes, arrays.max_class, arrays.max_count,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Arrays:
+    """A Hogwild! plan on the host: Plan's int32 fields in order, the rotations on the tables' device."""
+
+    ints: list[array[int]]
+    rotations: Tables
+    num_classes: int
+    max_class: int
+    max_count: int
+
+
+def shared_arrays(plans: list[RowPlan], tables: Tables) -> Arrays:
+    """What ``shared_plan`` sends: each class's slots, runs and tokens, each token's count and rotations."""
     classes = key_classes(plans)
     positions: list[int] = []
     shifts: list[int] = []
-    token_rot = [0] * sum(row.num_new for row in plans)
+    num_tokens = sum(row.num_new for row in plans)
+    token_rot, counts = array("i", [0]) * num_tokens, array("i", [0]) * num_tokens
+    parts: list[array[int]] = [array("i") for _ in range(5)]  # slots, runs, class keys, tokens, starts
+    slots, runs, keys, tokens, starts = parts
+    starts.append(0)
     for one in classes:
-        for token, position, row_shifts in zip(one.tokens, one.positions, one.shifts, strict=True):
-            token_rot[token] = len(positions)
+        keys.append(len(slots))
+        slots += one.slots
+        runs += one.runs
+        tokens.extend(one.tokens)
+        starts.append(len(tokens))
+        for token, count, position, row_shifts in zip(
+            one.tokens, one.counts, one.positions, one.shifts, strict=True
+        ):
+            counts[token], token_rot[token] = count, len(positions)
             positions += [position] * len(row_shifts)
             shifts += row_shifts
-    cos, sin = turned_back(tables, torch.tensor(positions), torch.tensor(shifts))
-    rotations = (cos.to(device, torch.float32).contiguous(), sin.to(device, torch.float32).contiguous())
-    return _upload(classes, token_rot, rotations, device)
-
-
-def _upload(classes: list[Class], token_rot: list[int], rotations: Tables, device: torch.device) -> Plan:
-    """The classes' arrays joined on the host and sent to the device in one copy."""
-    parts: dict[str, array[int]] = {name: array("i") for name in ("slots", "runs", "keys", "tokens", "start")}
-    num_tokens = len(token_rot)
-    counts = array("i", [0]) * num_tokens
-    parts["start"].append(0)
-    for one in classes:
-        parts["keys"].append(len(parts["slots"]))
-        parts["slots"] += one.slots
-        parts["runs"] += one.runs
-        parts["tokens"].extend(one.tokens)
-        parts["start"].append(len(parts["tokens"]))
-        for token, count in zip(one.tokens, one.counts, strict=True):
-            counts[token] = count
-    names = ["slots", "runs", "keys", "tokens", "start"]
-    joined = array("i")
-    for name in names:
-        joined += parts[name]
-    joined += counts
-    joined += array("i", token_rot)
-    sizes = [*(len(parts[name]) for name in names), num_tokens, num_tokens]
-    views = torch.frombuffer(joined, dtype=torch.int32).to(device, non_blocking=False).split(sizes)
-    return Plan(
-        *views,
-        rotations=rotations,
-        num_classes=len(classes),
-        max_class=max(len(one.tokens) for one in classes),
-        max_count=max(counts),
-    )
+    rotations = turned_back(tables, torch.tensor(positions), torch.tensor(shifts))
+    max_class = max(len(one.tokens) for one in classes)
+    return Arrays([*parts, counts, token_rot], rotations, len(classes), max_class, max(counts))
 
 
 def decode_plan(tables: torch.Tensor, lengths: torch.Tensor, max_length: int, block_size: int) -> Plan:

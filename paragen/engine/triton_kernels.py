@@ -22,7 +22,9 @@ from typing import Any
 import triton
 import triton.language as tl
 
-NEG = tl.constexpr(-1.0e30)  # a running maximum's start: finite, so a row that has seen no key yet gives exp(-inf) = 0
+NEG = tl.constexpr(
+    -1.0e30
+)  # a running maximum's start: finite, so a row that has seen no key yet gives exp(-inf) = 0
 
 
 def _partial(
@@ -101,7 +103,9 @@ def _partial(
             qr = q
             if ROTATE:
                 at = (base + j)[:, None] * D + d[None, :]
-                qr = q * tl.load(cos + at, mask=q_ok, other=0.0) + qs * tl.load(sin + at, mask=q_ok, other=0.0)
+                qr = q * tl.load(cos + at, mask=q_ok, other=0.0) + qs * tl.load(
+                    sin + at, mask=q_ok, other=0.0
+                )
             if F32:
                 sj = tl.dot(qr, tl.trans(k.to(tl.float32)), input_precision="ieee")
             else:
@@ -113,7 +117,7 @@ def _partial(
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        if F32:
+        if F32:  # noqa: SIM108  (a constexpr branch: Triton compiles one side)
             pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
         else:
             pv = tl.dot(p.to(v.dtype), v)

@@ -76,7 +76,9 @@ def test_sharded_qwen2_loads_and_matches_hf(tiny_qwen2: Path, tmp_path: Path) ->
     sharded = tmp_path / "sharded"
     model.save_pretrained(sharded, max_shard_size="400KB")
     transformers.AutoTokenizer.from_pretrained(tiny_qwen2).save_pretrained(sharded)
-    assert len(list(sharded.glob("*.safetensors"))) >= 3 and (sharded / "model.safetensors.index.json").exists()
+    assert (
+        len(list(sharded.glob("*.safetensors"))) >= 3 and (sharded / "model.safetensors.index.json").exists()
+    )
     checkpoint = loader.Checkpoint(sharded)
     state = model.state_dict()
     assert set(checkpoint) == set(state) and "model.layers.0.self_attn.q_proj.bias" in checkpoint
@@ -85,7 +87,9 @@ def test_sharded_qwen2_loads_and_matches_hf(tiny_qwen2: Path, tmp_path: Path) ->
     check_equal(sharded, 16)
     engine = LLMEngine(str(sharded), dtype="float32", num_blocks=8, block_size=16)
     memory = engine.memory()
-    assert memory["weights"] == sum(t.numel() * 4 for n, t in state.items() if "norm" not in n and "bias" not in n)
+    assert memory["weights"] == sum(
+        t.numel() * 4 for n, t in state.items() if "norm" not in n and "bias" not in n
+    )
     cfg = engine.cfg
     assert memory["kv_per_token"] == 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
     assert memory["kv_cache"] == 8 * 16 * memory["kv_per_token"]

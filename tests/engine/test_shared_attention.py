@@ -250,14 +250,26 @@ def triton_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
         pytest.skip("Triton is not installed (a CPU also needs TRITON_INTERPRET=1 from the start)")
 
 
-def check_triton(rows: list[RowPlan], kv: torch.Tensor, heads: int, split: int) -> None:
-    """The Triton kernel over ``rows`` (a forward's rows, in order) against the float64 reference."""
-    from paragen.engine import triton_attention
+def check_triton(rows: list[RowPlan], kv: torch.Tensor, heads: int, split: int, padded: bool = False) -> None:
+    """The Triton kernel over ``rows`` (a forward's rows, in order) against the float64 reference;
+    ``padded``: through the plan a CUDA graph reads (cuda_graphs.py)."""
+    from paragen.engine import cuda_graphs, triton_attention
 
     dtype, head_dim = kv.dtype, kv.shape[-1]
     qkv = torch.randn(sum(row.num_new for row in rows), heads + 2 * KV_HEADS, head_dim).to(dtype)
     cos, sin = tables(head_dim)
-    plan = triton_attention.shared_plan(rows, (cos.to(DEVICE), sin.to(DEVICE)), torch.device(DEVICE))
+    cos_sin = (cos.to(DEVICE), sin.to(DEVICE))
+    plan = triton_attention.shared_plan(rows, cos_sin, torch.device(DEVICE))
+    if padded:
+        pad = cuda_graphs.padded_plan(rows, cos_sin)
+        rotations = torch.full((2, pad.num_rotations, head_dim), float("nan"), device=DEVICE)  # never read
+        rotations[0, : len(pad.rotations[0])] = pad.rotations[0]
+        rotations[1, : len(pad.rotations[1])] = pad.rotations[1]
+        ints = torch.frombuffer(pad.ints, dtype=torch.int32).to(DEVICE)
+        plan = pad.on_device(ints, rotations)
+        assert plan.max_count >= max(plan.key_count.tolist()) and len(plan.key_slots) >= sum(
+            map(len, rows[0].slots)
+        )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(triton_attention, "SPLIT_KEYS", split)
         attend = triton_attention.attention(
@@ -278,7 +290,9 @@ def check_triton(rows: list[RowPlan], kv: torch.Tensor, heads: int, split: int) 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("num_new", [1, 3, 9])  # 9: a class cut in two (triton_tiling.MAX_TOKENS)
 @pytest.mark.usefixtures("triton_kernel")
-def test_triton_matches_per_row_attention(num_new: int, dtype: torch.dtype, heads: int, head_dim: int) -> None:
+def test_triton_matches_per_row_attention(
+    num_new: int, dtype: torch.dtype, heads: int, head_dim: int
+) -> None:
     """The Triton kernel reads the same random views as the torch attention (every row in one call),
     in one program a class and KV head and in splits of 64 keys joined by the second kernel."""
     rng = random.Random(num_new * 31 + (dtype == torch.bfloat16) + head_dim)
@@ -311,3 +325,21 @@ def test_triton_session_classes_match_per_row_attention(dtype: torch.dtype) -> N
         cut += len(classes) - len({id(one.slots) for one in classes})  # parts of one class share its slots
         check_triton(rows, kv, HEADS, 128 * (trial % 2))
     assert cut > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.usefixtures("triton_kernel")
+def test_triton_padded_plans_match_per_row_attention(dtype: torch.dtype) -> None:
+    """The plans CUDA graphs replay: keys, classes and rotations padded to powers of two in one buffer
+    (padding never read), the grid sized for the padded count."""
+    rng = random.Random(17 + (dtype == torch.bfloat16))
+    torch.manual_seed(17)
+    kv = torch.randn(2 * KV_HEADS, SLOTS, 64).to(dtype)
+    for trial in range(4 if DEVICE == "cpu" else 12):
+        free = list(range(SLOTS))
+        rng.shuffle(free)
+        if trial % 2:
+            rows = session_rows(rng, free, rng.randint(1, 3), (1, 5), header=0.2)
+        else:
+            rows = random_rows(rng, 1 + 2 * (trial % 4 == 2), free, rng.randint(1, 3), (1, 3))
+        check_triton(rows, kv, HEADS, 64 * (trial % 3), padded=True)
