@@ -194,9 +194,8 @@ def padded_plan(plans: list[RowPlan], tables: Tables) -> Padded:
         ints += part
     sizes = tuple(len(part) for part in parts)
     num_rotations = _bucket(len(arrays.rotations[0]))
-    return Padded(
-        ints, sizes, arrays.rotations, num_rotations, t, _bucket(arrays.max_class), _bucket(arrays.max_count)
-    )
+    max_class = triton_attention.pow2(arrays.max_class)  # the kernel's TOKENS: at most MAX_TOKENS
+    return Padded(ints, sizes, arrays.rotations, num_rotations, t, max_class, _bucket(arrays.max_count))
 
 
 def _bucket(n: int) -> int:

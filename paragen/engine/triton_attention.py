@@ -150,8 +150,8 @@ def attention(plan: Plan, *, num_heads: int, num_kv_heads: int, head_dim: int, s
     device = plan.class_start.device
     partial, combine = kernels()
     group = num_heads // num_kv_heads
-    group_p = _pow2(group)
-    tokens_p = max(_pow2(plan.max_class), -(-16 // group_p))  # a score matmul has 16 rows at least
+    group_p = pow2(group)
+    tokens_p = max(pow2(plan.max_class), -(-16 // group_p))  # a score matmul has 16 rows at least
     num_tokens = len(plan.key_count)
     split = _split(plan, num_kv_heads, device)
     splits = -(-plan.max_count // split)
@@ -162,7 +162,7 @@ def attention(plan: Plan, *, num_heads: int, num_kv_heads: int, head_dim: int, s
     part_acc = torch.empty((*shape, head_dim) if not final else (1,), dtype=torch.float32, device=device)
     cos, sin = plan.rotations if plan.rotations is not None else (part_m, part_m)
     grid = (splits, plan.num_classes, num_kv_heads)
-    dp = max(16, _pow2(head_dim))
+    dp = max(16, pow2(head_dim))
 
     def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         out = torch.empty(num_tokens, num_heads * head_dim, dtype=qkv.dtype, device=device)
@@ -177,7 +177,7 @@ def attention(plan: Plan, *, num_heads: int, num_kv_heads: int, head_dim: int, s
         if not final:
             combine[(num_tokens * num_heads,)](
                 part_m, part_l, part_acc, out, splits, num_tokens * num_heads,
-                D=head_dim, DP=dp, SPLITS=_pow2(splits),
+                D=head_dim, DP=dp, SPLITS=pow2(splits),
             )  # fmt: skip
         return out
 
@@ -204,5 +204,5 @@ def _multiprocessors(device: torch.device) -> int:
     return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
-def _pow2(n: int) -> int:
+def pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()

@@ -253,7 +253,7 @@ def triton_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
 def check_triton(rows: list[RowPlan], kv: torch.Tensor, heads: int, split: int, padded: bool = False) -> None:
     """The Triton kernel over ``rows`` (a forward's rows, in order) against the float64 reference;
     ``padded``: through the plan a CUDA graph reads (cuda_graphs.py)."""
-    from paragen.engine import cuda_graphs, triton_attention
+    from paragen.engine import cuda_graphs, triton_attention, triton_tiling
 
     dtype, head_dim = kv.dtype, kv.shape[-1]
     qkv = torch.randn(sum(row.num_new for row in rows), heads + 2 * KV_HEADS, head_dim).to(dtype)
@@ -267,6 +267,7 @@ def check_triton(rows: list[RowPlan], kv: torch.Tensor, heads: int, split: int, 
         rotations[1, : len(pad.rotations[1])] = pad.rotations[1]
         ints = torch.frombuffer(pad.ints, dtype=torch.int32).to(DEVICE)
         plan = pad.on_device(ints, rotations)
+        assert plan.max_class <= triton_tiling.MAX_TOKENS  # the kernel's tokens a class: its shared memory
         assert plan.max_count >= max(plan.key_count.tolist()) and len(plan.key_slots) >= sum(
             map(len, rows[0].slots)
         )
