@@ -5,9 +5,10 @@ kernels from Python in 8-10 ms: the host, not the GPU, bounded the step. Here a 
 captured once per shape and replayed: the step's inputs (token ids, positions, cache slots, and the
 attention plan: ``triton_attention.py``) are written into the graph's own buffers, one host-to-device
 copy of one int32 array (and, for Hogwild!, the queries' rotations), and the whole forward is one
-launch. Shapes are bucketed so that a growing context keeps its graph: the plan's arrays are padded
-to powers of two (padding is never read: each token reads only its own count of keys), and the
-kernel's grid is sized for the bucket (programs past a token's keys do nothing).
+launch. Shapes are bucketed so that a growing context keeps its graph: the plan's keys are padded to
+a multiple of BUCKET_KEYS, its rotations to a power of two (padding is never read: each token reads
+only its own count of keys), and the kernel's grid is sized for the bucket (programs past a token's
+keys do nothing).
 
 ``PARAGEN_CUDA_GRAPHS=0`` runs every pass eagerly. Passes of more than MAX_TOKENS tokens (prefills,
 sessions' first passes) always do.
@@ -29,6 +30,7 @@ from paragen.engine.model import Model
 from paragen.engine.shared_plan import RowPlan, Tables
 
 MAX_TOKENS = 64
+BUCKET_KEYS = 512
 Forward = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]  # (static ints, rotations) -> logits
 
 
@@ -57,7 +59,8 @@ class Graphs:
         self, ids: list[int], positions: list[int], slots: list[int], tables: list[list[int]]
     ) -> torch.Tensor:
         """[rows, vocab] fp32: a plain decode step's logits (each row at its position, through its blocks)."""
-        b, width = len(ids), _bucket(max(len(table) for table in tables))
+        width = _rounded(max(len(table) for table in tables) * self.block_size) // self.block_size
+        b = len(ids)
         ints = array("i", ids) + array("i", positions) + array("i", slots)
         for table in tables:
             ints += array("i", table) + array("i", [0]) * (width - len(table))
@@ -176,16 +179,21 @@ class Padded:
 
 
 def padded_plan(plans: list[RowPlan], tables: Tables) -> Padded:
-    """The pass's plan with its keys, classes and rotations padded to powers of two (the graph's shape)."""
+    """The pass's plan with its keys and rotations padded to their buckets (the graph's shape).
+
+    The classes are not padded: the kernel's grid has a program per class, KV head and split, and
+    splits are sized from the classes there are (padding them to the tokens cut a 4-worker session's
+    programs to a quarter, each reading 4x the keys: a 32B pass at 8k tokens took 36 ms, not 24).
+    """
     arrays = triton_attention.shared_arrays(plans, tables)
     key_slots, key_run, class_keys, tokens, starts, counts, token_rot = arrays.ints
-    t, num_keys = len(tokens), _bucket(len(key_slots))
+    num_keys = _rounded(len(key_slots))
     parts = [
         _padded(key_slots, num_keys),
         _padded(key_run, num_keys),
-        _padded(class_keys, t),
+        class_keys,
         tokens,
-        _padded(starts, t + 1, starts[-1]),  # classes past the last are empty
+        starts,
         counts,
         token_rot,
     ]
@@ -195,12 +203,19 @@ def padded_plan(plans: list[RowPlan], tables: Tables) -> Padded:
     sizes = tuple(len(part) for part in parts)
     num_rotations = _bucket(len(arrays.rotations[0]))
     max_class = triton_attention.pow2(arrays.max_class)  # the kernel's TOKENS: at most MAX_TOKENS
-    return Padded(ints, sizes, arrays.rotations, num_rotations, t, max_class, _bucket(arrays.max_count))
+    count = _rounded(arrays.max_count)
+    return Padded(ints, sizes, arrays.rotations, num_rotations, arrays.num_classes, max_class, count)
 
 
 def _bucket(n: int) -> int:
-    """The next power of two, at least 16 (a context that grows keeps its graph for a while)."""
+    """The next power of two, at least 16."""
     return max(16, 1 << max(0, n - 1).bit_length())
+
+
+def _rounded(n: int) -> int:
+    """Keys rounded up to a multiple of BUCKET_KEYS: a context keeps its graph for that many tokens, and
+    the kernel's splits (sized from this count) stay within that of the context's own."""
+    return -(-n // BUCKET_KEYS) * BUCKET_KEYS
 
 
 def _padded(part: Sequence[int], size: int, fill: int = 0) -> array[int]:

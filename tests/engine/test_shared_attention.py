@@ -331,7 +331,7 @@ def test_triton_session_classes_match_per_row_attention(dtype: torch.dtype) -> N
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.usefixtures("triton_kernel")
 def test_triton_padded_plans_match_per_row_attention(dtype: torch.dtype) -> None:
-    """The plans CUDA graphs replay: keys, classes and rotations padded to powers of two in one buffer
+    """The plans CUDA graphs replay: keys and rotations padded to their buckets in one buffer
     (padding never read), the grid sized for the padded count."""
     rng = random.Random(17 + (dtype == torch.bfloat16))
     torch.manual_seed(17)
