@@ -27,11 +27,11 @@ import torch
 from paragen.engine import triton_attention
 from paragen.engine.attention import AttnMeta
 from paragen.engine.model import Model
-from paragen.engine.shared_plan import RowPlan, Tables
+from paragen.engine.shared_plan import RowPlan, Tables, turned_back
 
 MAX_TOKENS = 64
 BUCKET_KEYS = 512
-Forward = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]  # (static ints, rotations) -> logits
+Forward = Callable[[torch.Tensor], torch.Tensor]  # the static int32 inputs -> logits
 
 
 def enabled(device: torch.device, dtype: torch.dtype) -> bool:
@@ -43,7 +43,6 @@ def enabled(device: torch.device, dtype: torch.dtype) -> bool:
 class _Captured:
     graph: Any  # torch.cuda.CUDAGraph
     ints: torch.Tensor  # the static int32 inputs, in one buffer
-    rotations: torch.Tensor | None  # [2, N, D] fp32: the Hogwild! queries' cos and sin rows
     logits: torch.Tensor
 
 
@@ -65,12 +64,12 @@ class Graphs:
         for table in tables:
             ints += array("i", table) + array("i", [0]) * (width - len(table))
         ints += array("i", [p + 1 for p in positions])
-        return self._replay(("decode", b, width), ints, None, self._decode_forward(b, width))
+        return self._replay(("decode", b, width), ints, self._decode_forward(b, width))
 
     def _decode_forward(self, b: int, width: int) -> Forward:
         model, kv, block_size = self.model, self.kv, self.block_size
 
-        def forward(ints: torch.Tensor, _: torch.Tensor | None) -> torch.Tensor:
+        def forward(ints: torch.Tensor) -> torch.Tensor:
             ids, pos, slots, tables, lengths = torch.split(ints, [b, b, b, b * width, b])
             plan = triton_attention.decode_plan(
                 tables.view(b, width), lengths, width * block_size, block_size
@@ -90,20 +89,19 @@ class Graphs:
         tables: Tables,
     ) -> torch.Tensor:
         """[rows, vocab] fp32: a Hogwild! pass's logits at each row's last token (``shared_pass.py``)."""
-        plan = padded_plan(plans, tables)
+        plan = padded_plan(plans)
         ints = array("i", ids) + array("i", pos) + array("i", slots) + array("i", last) + plan.ints
         t = len(ids)
-        key = ("shared", t, len(last), *plan.sizes, plan.num_rotations, plan.max_count, plan.max_class)
-        forward = self._shared_forward([t, t, t, len(last)], plan)
-        return self._replay(key, ints, plan.rotations, forward)
+        key = ("shared", t, len(last), *plan.sizes, plan.max_count, plan.max_class)
+        forward = self._shared_forward([t, t, t, len(last)], plan, tables)
+        return self._replay(key, ints, forward)
 
-    def _shared_forward(self, sizes: list[int], padded: Padded) -> Forward:
+    def _shared_forward(self, sizes: list[int], padded: Padded, tables: Tables) -> Forward:
         model, kv = self.model, self.kv
 
-        def forward(ints: torch.Tensor, rotations: torch.Tensor | None) -> torch.Tensor:
-            assert rotations is not None
+        def forward(ints: torch.Tensor) -> torch.Tensor:
             ids, pos, slots, last, fields = torch.split(ints, [*sizes, len(ints) - sum(sizes)])
-            plan = padded.on_device(fields, rotations)
+            plan = padded.on_device(fields, tables)
             attend = triton_attention.attention(
                 plan,
                 num_heads=model.num_heads,
@@ -117,77 +115,66 @@ class Graphs:
 
         return forward
 
-    def _replay(
-        self, key: tuple[Any, ...], ints: array[int], rotations: Tables | None, forward: Forward
-    ) -> torch.Tensor:
+    def _replay(self, key: tuple[Any, ...], ints: array[int], forward: Forward) -> torch.Tensor:
         host = torch.frombuffer(ints, dtype=torch.int32)
         captured = self.captured.get(key)
         if captured is None:
-            captured = self._capture(host, rotations, key, forward)
+            captured = self._capture(host, key, forward)
         captured.ints.copy_(host)
-        if rotations is not None and captured.rotations is not None:
-            n = len(rotations[0])
-            captured.rotations[0, :n].copy_(rotations[0])
-            captured.rotations[1, :n].copy_(rotations[1])
         captured.graph.replay()
         return captured.logits
 
-    def _capture(
-        self, host: torch.Tensor, rotations: Tables | None, key: tuple[Any, ...], forward: Forward
-    ) -> _Captured:
+    def _capture(self, host: torch.Tensor, key: tuple[Any, ...], forward: Forward) -> _Captured:
         """The forward run once (kernels compiled; it writes what the replay will write), then captured."""
         device = self.kv.device
         ints = host.to(device)
-        static = None
-        if rotations is not None:
-            static = torch.zeros(2, key[-3], rotations[0].shape[-1], dtype=torch.float32, device=device)
-            static[0, : len(rotations[0])].copy_(rotations[0])
-            static[1, : len(rotations[1])].copy_(rotations[1])
         stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
-            forward(ints, static)
+            forward(ints)
         torch.cuda.current_stream(device).wait_stream(stream)
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            logits = forward(ints, static)
-        self.captured[key] = _Captured(graph, ints, static, logits)
+            logits = forward(ints)
+        self.captured[key] = _Captured(graph, ints, logits)
         return self.captured[key]
 
 
 @dataclass(frozen=True, slots=True)
 class Padded:
-    """A Hogwild! plan's arrays padded to their buckets (``triton_attention.Plan``'s int fields in order)."""
+    """A Hogwild! plan's arrays padded to their buckets: ``triton_attention.Plan``'s int fields in
+    order, then each rotation's position and shift (its cos and sin rows are made in the graph)."""
 
     ints: array[int]
     sizes: tuple[int, ...]
-    rotations: Tables  # [N, D] each, unpadded (copied into a [2, num_rotations, D] buffer)
-    num_rotations: int
     num_classes: int
     max_class: int
     max_count: int
 
-    def on_device(self, ints: torch.Tensor, rotations: torch.Tensor) -> triton_attention.Plan:
-        """The plan over ``ints`` (this one's arrays, where the graph reads them) and [2, N, D] rotations."""
-        key_slots, key_run, class_keys, tokens, starts, counts, rot = torch.split(ints, list(self.sizes))
+    def on_device(self, ints: torch.Tensor, tables: Tables) -> triton_attention.Plan:
+        """The plan over ``ints`` (this one's arrays, where the graph reads them)."""
+        key_slots, key_run, class_keys, tokens, starts, counts, rot, positions, shifts = torch.split(
+            ints, list(self.sizes)
+        )
+        cos, sin = turned_back(tables, positions.long(), shifts.long())
         return triton_attention.Plan(
-            key_slots, key_run, class_keys, tokens, starts, counts, rot, (rotations[0], rotations[1]),
+            key_slots, key_run, class_keys, tokens, starts, counts, rot, (cos.float(), sin.float()),
             self.num_classes, self.max_class, self.max_count,
         )  # fmt: skip
 
 
-def padded_plan(plans: list[RowPlan], tables: Tables) -> Padded:
+def padded_plan(plans: list[RowPlan]) -> Padded:
     """The pass's plan with its keys and rotations padded to their buckets (the graph's shape).
 
     The classes are not padded: the kernel's grid has a program per class, KV head and split, and
     splits are sized from the classes there are (padding them to the tokens cut a 4-worker session's
     programs to a quarter, each reading 4x the keys: a 32B pass at 8k tokens took 36 ms, not 24).
     """
-    arrays = triton_attention.shared_arrays(plans, tables)
+    arrays = triton_attention.shared_arrays(plans)
     key_slots, key_run, class_keys, tokens, starts, counts, token_rot = arrays.ints
-    num_keys = _rounded(len(key_slots))
+    num_keys, num_rotations = _rounded(len(key_slots)), _bucket(len(arrays.positions))
     parts = [
         _padded(key_slots, num_keys),
         _padded(key_run, num_keys),
@@ -196,15 +183,15 @@ def padded_plan(plans: list[RowPlan], tables: Tables) -> Padded:
         starts,
         counts,
         token_rot,
+        _padded(arrays.positions, num_rotations),  # padding: rotations by 0, never read
+        _padded(arrays.shifts, num_rotations),
     ]
     ints = array("i")
     for part in parts:
         ints += part
     sizes = tuple(len(part) for part in parts)
-    num_rotations = _bucket(len(arrays.rotations[0]))
     max_class = triton_attention.pow2(arrays.max_class)  # the kernel's TOKENS: at most MAX_TOKENS
-    count = _rounded(arrays.max_count)
-    return Padded(ints, sizes, arrays.rotations, num_rotations, arrays.num_classes, max_class, count)
+    return Padded(ints, sizes, arrays.num_classes, max_class, _rounded(arrays.max_count))
 
 
 def _bucket(n: int) -> int:

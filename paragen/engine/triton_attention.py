@@ -68,13 +68,14 @@ class Plan:
 
 def shared_plan(plans: list[RowPlan], tables: Tables, device: torch.device) -> Plan:
     """A Hogwild! forward's plan: its rows come in ``plans`` order, their tokens in that order."""
-    arrays = shared_arrays(plans, tables)
+    arrays = shared_arrays(plans)
     sizes = [len(part) for part in arrays.ints]
     joined = array("i")
     for part in arrays.ints:
         joined += part
     ints = torch.frombuffer(joined, dtype=torch.int32).to(device)  # the host's arrays in one copy
-    cos, sin = arrays.rotations
+    positions, shifts = torch.tensor(arrays.positions), torch.tensor(arrays.shifts)
+    cos, sin = turned_back(tables, positions, shifts)
     rotations = (cos.to(device, torch.float32).contiguous(), sin.to(device, torch.float32).contiguous())
     key_slots, key_run, class_keys, tokens, starts, counts, rot = torch.split(ints, sizes)
     return Plan(
@@ -85,20 +86,21 @@ def shared_plan(plans: list[RowPlan], tables: Tables, device: torch.device) -> P
 
 @dataclass(frozen=True, slots=True)
 class Arrays:
-    """A Hogwild! plan on the host: Plan's int32 fields in order, the rotations on the tables' device."""
+    """A Hogwild! plan on the host: Plan's int32 fields in order, and each rotation's position and shift
+    (its cos and sin rows: ``turned_back``)."""
 
     ints: list[array[int]]
-    rotations: Tables
+    positions: array[int]
+    shifts: array[int]
     num_classes: int
     max_class: int
     max_count: int
 
 
-def shared_arrays(plans: list[RowPlan], tables: Tables) -> Arrays:
+def shared_arrays(plans: list[RowPlan]) -> Arrays:
     """What ``shared_plan`` sends: each class's slots, runs and tokens, each token's count and rotations."""
     classes = key_classes(plans)
-    positions: list[int] = []
-    shifts: list[int] = []
+    positions, shifts = array("i"), array("i")
     num_tokens = sum(row.num_new for row in plans)
     token_rot, counts = array("i", [0]) * num_tokens, array("i", [0]) * num_tokens
     parts: list[array[int]] = [array("i") for _ in range(5)]  # slots, runs, class keys, tokens, starts
@@ -114,11 +116,10 @@ def shared_arrays(plans: list[RowPlan], tables: Tables) -> Arrays:
             one.tokens, one.counts, one.positions, one.shifts, strict=True
         ):
             counts[token], token_rot[token] = count, len(positions)
-            positions += [position] * len(row_shifts)
-            shifts += row_shifts
-    rotations = turned_back(tables, torch.tensor(positions), torch.tensor(shifts))
+            positions += array("i", [position]) * len(row_shifts)
+            shifts += array("i", row_shifts)
     max_class = max(len(one.tokens) for one in classes)
-    return Arrays([*parts, counts, token_rot], rotations, len(classes), max_class, max(counts))
+    return Arrays([*parts, counts, token_rot], positions, shifts, len(classes), max_class, max(counts))
 
 
 def decode_plan(tables: torch.Tensor, lengths: torch.Tensor, max_length: int, block_size: int) -> Plan:

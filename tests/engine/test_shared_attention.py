@@ -261,12 +261,8 @@ def check_triton(rows: list[RowPlan], kv: torch.Tensor, heads: int, split: int, 
     cos_sin = (cos.to(DEVICE), sin.to(DEVICE))
     plan = triton_attention.shared_plan(rows, cos_sin, torch.device(DEVICE))
     if padded:
-        pad = cuda_graphs.padded_plan(rows, cos_sin)
-        rotations = torch.full((2, pad.num_rotations, head_dim), float("nan"), device=DEVICE)  # never read
-        rotations[0, : len(pad.rotations[0])] = pad.rotations[0]
-        rotations[1, : len(pad.rotations[1])] = pad.rotations[1]
-        ints = torch.frombuffer(pad.ints, dtype=torch.int32).to(DEVICE)
-        plan = pad.on_device(ints, rotations)
+        pad = cuda_graphs.padded_plan(rows)
+        plan = pad.on_device(torch.frombuffer(pad.ints, dtype=torch.int32).to(DEVICE), cos_sin)
         assert plan.max_class <= triton_tiling.MAX_TOKENS  # the kernel's tokens a class: its shared memory
         assert plan.max_count >= max(plan.key_count.tolist()) and len(plan.key_slots) >= sum(
             map(len, rows[0].slots)
