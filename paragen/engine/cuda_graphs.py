@@ -1,11 +1,11 @@
 """Decode passes replayed from CUDA graphs: plain decode steps and Hogwild! passes of a few tokens a row.
 
 A decode step of a 7B model on an H200 reads 15 GB of weights (3.5 ms) but launched its ~400
-kernels from Python in 8-10 ms: the host, not the GPU, bounded the step. Here a step's forward is
+kernels from Python in 8-16 ms: the host, not the GPU, bounded the step. Here a step's forward is
 captured once per shape and replayed: the step's inputs (token ids, positions, cache slots, and the
-attention plan: ``triton_attention.py``) are written into the graph's own buffers, one host-to-device
-copy of one int32 array (and, for Hogwild!, the queries' rotations), and the whole forward is one
-launch. Shapes are bucketed so that a growing context keeps its graph: the plan's keys are padded to
+attention plan: ``triton_attention.py``, for Hogwild! with each query rotation's position and
+shift) are written into the graph's own buffer, one host-to-device copy of one int32 array, and the
+whole forward, the rotations' cos and sin rows included, is one launch. Shapes are bucketed so that a growing context keeps its graph: the plan's keys are padded to
 a multiple of BUCKET_KEYS, its rotations to a power of two (padding is never read: each token reads
 only its own count of keys), and the kernel's grid is sized for the bucket (programs past a token's
 keys do nothing).
