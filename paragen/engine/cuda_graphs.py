@@ -5,10 +5,10 @@ kernels from Python in 8-16 ms: the host, not the GPU, bounded the step. Here a 
 captured once per shape and replayed: the step's inputs (token ids, positions, cache slots, and the
 attention plan: ``triton_attention.py``, for Hogwild! with each query rotation's position and
 shift) are written into the graph's own buffer, one host-to-device copy of one int32 array, and the
-whole forward, the rotations' cos and sin rows included, is one launch. Shapes are bucketed so that a growing context keeps its graph: the plan's keys are padded to
-a multiple of BUCKET_KEYS, its rotations to a power of two (padding is never read: each token reads
-only its own count of keys), and the kernel's grid is sized for the bucket (programs past a token's
-keys do nothing).
+whole forward, the rotations' cos and sin rows included, is one launch. Shapes are bucketed so
+that a growing context keeps its graph: the plan's keys are padded to a multiple of BUCKET_KEYS,
+its rotations to a power of two (padding is never read: each token reads only its own count of
+keys), and the kernel's grid is sized for the bucket (programs past a token's keys do nothing).
 
 ``PARAGEN_CUDA_GRAPHS=0`` runs every pass eagerly. Passes of more than MAX_TOKENS tokens (prefills,
 sessions' first passes) always do.
