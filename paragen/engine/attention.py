@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from paragen.engine import fused
+
+if TYPE_CHECKING:
+    from paragen.engine.triton_attention import Plan
 
 SMALL_BATCH = 16  # decode batches up to this size compute attention in fp32 on CPU
 
@@ -45,6 +49,7 @@ class AttnMeta:
     context: torch.Tensor | None = None  # prefill over a cached prefix: every slot of the sequence
     start: int = 0  # prefill: position of the first new token (tokens before it are cached)
     slot_plan: fused.SlotPlan | None = None  # decode through the fused kernel (then no gather or mask)
+    triton_plan: Plan | None = None  # decode through the Triton kernel on CUDA (triton_attention.py)
 
 
 def rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:

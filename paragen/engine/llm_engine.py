@@ -88,7 +88,8 @@ class LLMEngine:
         self.cfg = loader.load_config(model_dir)
         self.tokenizer: Any = loader.load_tokenizer(model_dir)
         self.dtype = pick_dtype(dtype, device)
-        self.model = Model(self.cfg, loader.load_tensors(model_dir), self.dtype, device)
+        # tensors read shard by shard onto the device as the model takes them (loader.Checkpoint)
+        self.model = Model(self.cfg, loader.Checkpoint(model_dir, device), self.dtype, device)
         if num_blocks is None:
             num_blocks = max(
                 1, kv_cache_mb * 2**20 // KVCache.bytes_per_block(self.cfg, block_size, self.dtype)
@@ -102,6 +103,18 @@ class LLMEngine:
         self.seqs: dict[int, Sequence] = {}
         self.num_prefilled_tokens = 0  # tokens run through a prefill (not reused from the cache)
         self.eos_ids = set(self.cfg.eos_token_ids) | {self.tokenizer.eos_token_id} - {None}
+
+    def memory(self) -> dict[str, int]:
+        """Bytes on the device: the weights, the KV cache's pool, and one token's K and V over every
+        layer (a worker's view costs this a token; Hogwild! workers hold the prompt and history once)."""
+        block = KVCache.bytes_per_block(self.cfg, self.blocks.block_size, self.dtype)
+        model = self.model
+        embed = 0 if self.cfg.tie_word_embeddings else model.embed.numel() * model.embed.element_size()
+        return {
+            "weights": model.num_weight_bytes + embed,
+            "kv_cache": block * self.blocks.num_blocks,
+            "kv_per_token": block // self.blocks.block_size,
+        }
 
     @property
     def num_free_blocks(self) -> int:

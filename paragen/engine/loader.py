@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
@@ -209,6 +209,38 @@ def load_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
     for file in files:
         tensors.update(load_file(str(file)))
     return tensors
+
+
+class Checkpoint(Mapping[str, torch.Tensor]):
+    """A checkpoint's tensors read one at a time, from whichever shard holds each, onto ``device``.
+
+    A model of the paper's size (QwQ-32B: 64 GB in bf16, in 17 shards) would need all of it in host
+    memory at once through ``load_tensors``; read here, each tensor goes from the file to the device
+    when the model asks for it, and the host holds one tensor at a time.
+    """
+
+    def __init__(self, model_dir: Path, device: str | torch.device = "cpu"):
+        from safetensors import safe_open
+
+        files = sorted(model_dir.glob("*.safetensors"))
+        if not files:
+            raise ConfigError(f"{model_dir} holds no .safetensors files")
+        self.device = str(device)
+        self._files = [safe_open(str(file), framework="pt", device=self.device) for file in files]
+        self._where = {name: handle for handle in self._files for name in handle.keys()}  # type: ignore[no-untyped-call]  # noqa: SIM118
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        tensor: torch.Tensor = self._where[name].get_tensor(name)  # type: ignore[no-untyped-call]
+        return tensor
+
+    def __contains__(self, name: object) -> bool:  # without reading the tensor, as Mapping's would
+        return name in self._where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
 
 
 def split_head(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -9,12 +9,13 @@ per-op overhead. Attention (``attention.py``) reads and writes the paged KV cach
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from paragen.engine import triton_attention
 from paragen.engine.attention import (
     Attend,
     AttnMeta,
@@ -71,7 +72,7 @@ class Model:
     def __init__(
         self,
         cfg: ModelConfig,
-        tensors: dict[str, torch.Tensor],
+        tensors: Mapping[str, torch.Tensor],
         dtype: torch.dtype,
         device: str,
         pack: bool = True,
@@ -113,7 +114,9 @@ class Model:
         half = cfg.head_dim // 2
         self.sin = torch.cat((-angles.sin()[:, :half], angles.sin()[:, half:]), dim=-1).to(self.device, dtype)
 
-    def _layer(self, get: Callable[[str], torch.Tensor], tensors: dict[str, torch.Tensor], p: str) -> Layer:
+    def _layer(
+        self, get: Callable[[str], torch.Tensor], tensors: Mapping[str, torch.Tensor], p: str
+    ) -> Layer:
         qkv_names = [f"{p}self_attn.{x}_proj" for x in "qkv"]
         has_bias = f"{qkv_names[0]}.bias" in tensors
         qkv = torch.cat([get(f"{n}.weight") for n in qkv_names])
@@ -153,6 +156,14 @@ class Model:
             attend, rope_from = shared, self.num_heads
         elif meta.is_prefill:
             attend = prefill_attention(self.num_heads, self.attn_scale, meta)
+        elif meta.triton_plan is not None:
+            attend = triton_attention.attention(
+                meta.triton_plan,
+                num_heads=self.num_heads,
+                num_kv_heads=self.cfg.num_kv_heads,
+                head_dim=self.head_dim,
+                scale=self.attn_scale,
+            )
         elif meta.slot_plan is not None:
             attend = fused_decode_attention(
                 meta, num_heads=self.num_heads, num_kv_heads=self.cfg.num_kv_heads, scale=self.attn_scale

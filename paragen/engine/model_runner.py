@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from paragen.engine import fused
+from paragen.engine import cuda_graphs, fused, triton_attention
 from paragen.engine.attention import AttnMeta
 from paragen.engine.cache import KVCache
 from paragen.engine.model import Model
@@ -19,6 +19,16 @@ class ModelRunner:
         self.device = model.device
         self.block_size = cache.block_size
         self.num_kv_rows = cache.kv.shape[1]  # K heads then V heads
+        self._graphs: cuda_graphs.Graphs | None = None
+
+    @property
+    def graphs(self) -> cuda_graphs.Graphs | None:
+        """Decode passes from CUDA graphs (``cuda_graphs.py``), where they run; made on first use."""
+        if not cuda_graphs.enabled(self.device, self.cache.kv.dtype):
+            return None
+        if self._graphs is None:
+            self._graphs = cuda_graphs.Graphs(self.model, self.cache.kv, self.block_size)
+        return self._graphs
 
     def tensor(
         self, data: list[int] | list[float] | list[list[int]], dtype: torch.dtype = torch.long
@@ -45,6 +55,9 @@ class ModelRunner:
         tables = self.tensor([seq.block_table + [0] * (num_blocks - len(seq.block_table)) for seq in seqs])
         ids = self.tensor([seq.last_token for seq in seqs])
         lengths = self.tensor(positions) + 1
+        if triton_attention.enabled(self.device, self.cache.kv.dtype):  # the plan built on the device
+            plan = triton_attention.decode_plan(tables, lengths, max(positions) + 1, bs)
+            return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), triton_plan=plan)
         if fused.enabled(self.device, self.cache.kv.dtype):  # on the CPU: tables are host tensors
             slot_plan = fused.decode_plan(tables, lengths, bs)
             return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), slot_plan=slot_plan)
@@ -79,6 +92,9 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], is_prefill: bool) -> Sampled:
         """One forward; for a prefill, ``seqs`` is the prompt's sequence followed by its forks."""
+        graphs = None if is_prefill or len(seqs) > cuda_graphs.MAX_TOKENS else self.graphs
+        if graphs is not None:
+            return sample(self._replay_decode(graphs, seqs), self.prepare_sample(seqs))
         if is_prefill:
             ids, pos, meta = self.prepare_prefill(seqs[0])
         else:
@@ -89,3 +105,10 @@ class ModelRunner:
         else:
             logits = self.model.logits(hidden)
         return sample(logits, self.prepare_sample(seqs))
+
+    def _replay_decode(self, graphs: cuda_graphs.Graphs, seqs: list[Sequence]) -> torch.Tensor:
+        bs = self.block_size
+        positions = [seq.num_cached_tokens for seq in seqs]
+        slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(seqs, positions, strict=True)]
+        ids = [seq.last_token for seq in seqs]
+        return graphs.decode(ids, positions, slots, [seq.block_table for seq in seqs])

@@ -14,7 +14,7 @@ from functools import partial
 
 import torch
 
-from paragen.engine import fused
+from paragen.engine import cuda_graphs, fused, triton_attention
 from paragen.engine.attention import Attend, AttnMeta
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.model_runner import ModelRunner
@@ -46,6 +46,10 @@ def model_logits(engine: LLMEngine, rows: Sequence[Placed]) -> torch.Tensor:
         slots += rows[i].slots
         last[i] = len(ids) - 1
     runner = engine.runner
+    graphs = runner.graphs if len(ids) <= cuda_graphs.MAX_TOKENS else None
+    if graphs is not None:  # the graph's logits are its own buffer: the caller may change them
+        plans = [rows[i].plan for i in order]
+        return graphs.shared(plans, ids, pos, slots, last, (engine.model.cos, engine.model.sin)).clone()
     attend = _attention(engine, [rows[i].plan for i in order], len(ids))
     meta = AttnMeta(is_prefill=False, slots=runner.tensor(slots))
     hidden = engine.model.forward(runner.tensor(ids), runner.tensor(pos), meta, engine.cache.kv, attend)
@@ -58,10 +62,19 @@ def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Atte
     Rows feeding the same number of tokens attend as one batch: a session's start (its layout's
     headers) or a pass where several workers start steps then costs one batch per length, not one
     per row (25 header rows of 7 sessions as 25 batches took 2 s of a loaded run's first seconds).
-    On a CPU the fused kernel reads every row's view as it lies instead (``shared_fused.py``).
+    On a CPU the fused kernel reads every row's view as it lies instead (``shared_fused.py``), on
+    CUDA the Triton kernel (``triton_attention.py``).
     """
     model, cache = engine.model, engine.cache
     tables = (model.cos, model.sin)
+    if triton_attention.enabled(model.device, cache.kv.dtype):  # CUDA: one kernel a layer
+        return triton_attention.attention(
+            triton_attention.shared_plan(plans, tables, model.device),
+            num_heads=model.num_heads,
+            num_kv_heads=model.cfg.num_kv_heads,
+            head_dim=model.head_dim,
+            scale=model.attn_scale,
+        )
     if fused.enabled(model.device, cache.kv.dtype):  # the same test as the plain decode's
         return fused_shared_attention(
             plans,

@@ -16,6 +16,9 @@ from paragen.engine import loader  # noqa: E402
 # Where the Hogwild! equivalence tests run the engine: "cuda" on a GPU machine (docs/hogwild.md);
 # their references (HF transformers, float64 attention) always run on the CPU.
 DEVICE = os.environ.get("PARAGEN_TEST_DEVICE", "cpu")
+# On a CPU the Triton kernel's tests run it in Triton's interpreter, which Triton reads at import.
+if DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")
@@ -100,15 +103,29 @@ def long_llama(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) ->
 
 
 @pytest.fixture(
-    params=[0, 4, 10**6, "fused"], ids=["torch-all-query-side", "torch-mixed", "torch-all-key-side", "fused"]
+    params=[0, 4, 10**6, "fused", "triton", "triton-eager"],
+    ids=["torch-all-query-side", "torch-mixed", "torch-all-key-side", "fused", "triton", "triton-eager"],
 )
 def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine's two shared attentions: the fused kernel (a CPU with a C compiler), and the torch
-    one in its two ways of reading a shifted segment, each where it alone is used and both in one
-    pass: every shifted segment by a rotated query, segments under 4 tokens (the tests' headers) by
-    rotated keys and the rest by rotated queries, every one by rotated keys."""
-    from paragen.engine import fused, shared_plan
+    """The engine's shared attentions: the Triton kernel (CUDA's: its decode passes replayed from CUDA
+    graphs, or all run eagerly), the fused kernel (a CPU with a C compiler), and the torch one in its
+    two ways of reading a shifted segment, each where it alone is used and both in one pass: every
+    shifted segment by a rotated query, segments under 4 tokens (the tests' headers) by rotated keys
+    and the rest by rotated queries, every one by rotated keys."""
+    from paragen.engine import fused, shared_plan, triton_attention
 
+    if request.param in ("triton", "triton-eager"):  # on a CPU in Triton's interpreter (no graphs)
+        if request.param == "triton-eager" and DEVICE == "cpu":
+            pytest.skip("CUDA graphs run on CUDA only: on a CPU the triton case is the eager one")
+        monkeypatch.setenv("PARAGEN_CUDA_GRAPHS", "0" if request.param == "triton-eager" else "1")
+        monkeypatch.setenv("PARAGEN_TRITON_ATTENTION", "interpret" if DEVICE == "cpu" else "1")
+        if not triton_attention.enabled(torch.device(DEVICE), torch.float32):
+            pytest.skip("Triton is not installed (a CPU also needs TRITON_INTERPRET=1 from the start)")
+        long_views = "long_llama" in request.fixturenames  # the steady state: 1.5k-token views
+        if DEVICE == "cpu" and long_views and os.environ.get("PARAGEN_TEST_TRITON") != "1":
+            pytest.skip("the steady state in Triton's interpreter takes minutes: PARAGEN_TEST_TRITON=1")
+        return
+    monkeypatch.setenv("PARAGEN_TRITON_ATTENTION", "0")
     if request.param == "fused":
         monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1")
         if not fused.enabled(torch.device(DEVICE), torch.float32):

@@ -67,3 +67,29 @@ def test_packed_bf16_weights_change_nothing(tiny_llama: Path) -> None:
     plain = Model(engine.cfg, loader.load_tensors(tiny_llama), torch.bfloat16, "cpu", pack=False)
     engine.model = engine.runner.model = plain
     assert engine_greedy(engine, prompts, 16) == packed
+
+
+def test_sharded_qwen2_loads_and_matches_hf(tiny_qwen2: Path, tmp_path: Path) -> None:
+    """A checkpoint in several safetensors shards (as QwQ-32B's 17) is read tensor by tensor, each
+    from its shard, and decodes as HF transformers does; the engine reports its memory."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_qwen2, dtype=torch.float32)
+    sharded = tmp_path / "sharded"
+    model.save_pretrained(sharded, max_shard_size="400KB")
+    transformers.AutoTokenizer.from_pretrained(tiny_qwen2).save_pretrained(sharded)
+    assert (
+        len(list(sharded.glob("*.safetensors"))) >= 3 and (sharded / "model.safetensors.index.json").exists()
+    )
+    checkpoint = loader.Checkpoint(sharded)
+    state = model.state_dict()
+    assert set(checkpoint) == set(state) and "model.layers.0.self_attn.q_proj.bias" in checkpoint
+    for name in checkpoint:
+        assert torch.equal(checkpoint[name], state[name]), name
+    check_equal(sharded, 16)
+    engine = LLMEngine(str(sharded), dtype="float32", num_blocks=8, block_size=16)
+    memory = engine.memory()
+    assert memory["weights"] == sum(
+        t.numel() * 4 for n, t in state.items() if "norm" not in n and "bias" not in n
+    )
+    cfg = engine.cfg
+    assert memory["kv_per_token"] == 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
+    assert memory["kv_cache"] == 8 * 16 * memory["kv_per_token"]

@@ -238,3 +238,105 @@ def test_fused_session_classes_match_per_row_attention(dtype: torch.dtype, kerne
             torch.testing.assert_close(got[at : at + row.num_new], want, atol=atol, rtol=1e-4, msg=f"row {i}")
             at += row.num_new
     assert largest > fused.MAX_CLASS  # classes formed, and one was cut
+
+
+@pytest.fixture
+def triton_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Triton kernel: compiled on CUDA, in Triton's interpreter on a CPU (conftest starts it)."""
+    from paragen.engine import triton_attention
+
+    monkeypatch.setenv("PARAGEN_TRITON_ATTENTION", "interpret" if DEVICE == "cpu" else "1")
+    if not triton_attention.enabled(torch.device(DEVICE), torch.float32):
+        pytest.skip("Triton is not installed (a CPU also needs TRITON_INTERPRET=1 from the start)")
+
+
+def check_triton(rows: list[RowPlan], kv: torch.Tensor, heads: int, split: int, padded: bool = False) -> None:
+    """The Triton kernel over ``rows`` (a forward's rows, in order) against the float64 reference;
+    ``padded``: through the plan a CUDA graph reads (cuda_graphs.py)."""
+    from paragen.engine import cuda_graphs, triton_attention, triton_tiling
+
+    dtype, head_dim = kv.dtype, kv.shape[-1]
+    qkv = torch.randn(sum(row.num_new for row in rows), heads + 2 * KV_HEADS, head_dim).to(dtype)
+    cos, sin = tables(head_dim)
+    cos_sin = (cos.to(DEVICE), sin.to(DEVICE))
+    plan = triton_attention.shared_plan(rows, cos_sin, torch.device(DEVICE))
+    if padded:
+        pad = cuda_graphs.padded_plan(rows)
+        plan = pad.on_device(torch.frombuffer(pad.ints, dtype=torch.int32).to(DEVICE), cos_sin)
+        assert plan.max_class <= triton_tiling.MAX_TOKENS  # the kernel's tokens a class: its shared memory
+        assert plan.max_count >= max(plan.key_count.tolist()) and len(plan.key_slots) >= sum(
+            map(len, rows[0].slots)
+        )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(triton_attention, "SPLIT_KEYS", split)
+        attend = triton_attention.attention(
+            plan, num_heads=heads, num_kv_heads=KV_HEADS, head_dim=head_dim, scale=SCALE
+        )
+        got = attend(qkv.to(DEVICE), kv.to(DEVICE)).float().cpu()
+    at = 0
+    for i, row in enumerate(rows):
+        want = reference(row, qkv[at : at + row.num_new, :heads], kv).float()
+        # bf16: the rotated queries and the probabilities rounded for the matmuls, the output rounded
+        atol = 2e-5 if dtype == torch.float32 else 3e-2
+        torch.testing.assert_close(got[at : at + row.num_new], want, atol=atol, rtol=1e-4, msg=f"row {i}")
+        at += row.num_new
+
+
+# head sizes 16, 24 (not a power of two: Qwen2's tiny test model), 64; 7 query heads a KV head (Qwen2-7B)
+@pytest.mark.parametrize(("heads", "head_dim"), [(HEADS, D), (HEADS, 24), (7 * KV_HEADS, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("num_new", [1, 3, 9])  # 9: a class cut in two (triton_tiling.MAX_TOKENS)
+@pytest.mark.usefixtures("triton_kernel")
+def test_triton_matches_per_row_attention(
+    num_new: int, dtype: torch.dtype, heads: int, head_dim: int
+) -> None:
+    """The Triton kernel reads the same random views as the torch attention (every row in one call),
+    in one program a class and KV head and in splits of 64 keys joined by the second kernel."""
+    rng = random.Random(num_new * 31 + (dtype == torch.bfloat16) + head_dim)
+    torch.manual_seed(num_new)
+    kv = torch.randn(2 * KV_HEADS, SLOTS, head_dim).to(dtype)
+    for trial in range(2 if DEVICE == "cpu" else 20):  # the interpreter runs each program in numpy
+        free = list(range(SLOTS))
+        rng.shuffle(free)
+        rows = random_rows(rng, num_new, free, rng.randint(1, 4), (1, 3))
+        check_triton(rows, kv, heads, 64 * (trial % 2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.usefixtures("triton_kernel")
+def test_triton_session_classes_match_per_row_attention(dtype: torch.dtype) -> None:
+    """Sessions' one-token rows as one class each (1-12 workers: past 8 tokens a class is cut), each
+    worker at shifts of its own, headers beside them, long prompts split across programs."""
+    from paragen.engine import triton_tiling
+
+    rng = random.Random(11 + (dtype == torch.bfloat16))
+    torch.manual_seed(11)
+    kv = torch.randn(2 * KV_HEADS, SLOTS, 64).to(dtype)
+    cut = 0
+    for trial in range(4 if DEVICE == "cpu" else 12):
+        free = list(range(SLOTS))
+        rng.shuffle(free)
+        sessions = 1 if trial % 3 == 0 else rng.randint(2, 3)
+        rows = session_rows(rng, free, sessions, (10, 12) if trial % 3 == 1 else (1, 4), header=0.2)
+        classes = triton_tiling.key_classes(rows)
+        cut += len(classes) - len({id(one.slots) for one in classes})  # parts of one class share its slots
+        check_triton(rows, kv, HEADS, 128 * (trial % 2))
+    assert cut > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.usefixtures("triton_kernel")
+def test_triton_padded_plans_match_per_row_attention(dtype: torch.dtype) -> None:
+    """The plans CUDA graphs replay: keys and rotations padded to their buckets in one buffer
+    (padding never read), the grid sized for the padded count."""
+    rng = random.Random(17 + (dtype == torch.bfloat16))
+    torch.manual_seed(17)
+    kv = torch.randn(2 * KV_HEADS, SLOTS, 64).to(dtype)
+    for trial in range(4 if DEVICE == "cpu" else 12):
+        free = list(range(SLOTS))
+        rng.shuffle(free)
+        if trial % 2:
+            rows = session_rows(rng, free, rng.randint(1, 3), (1, 5), header=0.2)
+        else:
+            rows = random_rows(rng, 1 + 2 * (trial % 4 == 2), free, rng.randint(1, 3), (1, 3))
+        check_triton(rows, kv, HEADS, 64 * (trial % 3), padded=True)
