@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from paragen.engine import fused
 
 if TYPE_CHECKING:
-    from paragen.engine.triton_attention import Plan
+    from paragen.engine.triton_plan import Plan
 
 SMALL_BATCH = 16  # decode batches up to this size compute attention in fp32 on CPU
 

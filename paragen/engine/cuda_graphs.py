@@ -28,6 +28,7 @@ from paragen.engine import triton_attention
 from paragen.engine.attention import AttnMeta
 from paragen.engine.model import Model
 from paragen.engine.shared_plan import RowPlan, Tables, turned_back
+from paragen.engine.triton_plan import Plan
 
 MAX_TOKENS = 64
 BUCKET_KEYS = 512
@@ -144,7 +145,7 @@ class Graphs:
 
 @dataclass(frozen=True, slots=True)
 class Padded:
-    """A Hogwild! plan's arrays padded to their buckets: ``triton_attention.Plan``'s int fields in
+    """A Hogwild! plan's arrays padded to their buckets: ``triton_plan.Plan``'s int fields in
     order, then each rotation's position and shift (its cos and sin rows are made in the graph)."""
 
     ints: array[int]
@@ -153,13 +154,13 @@ class Padded:
     max_class: int
     max_count: int
 
-    def on_device(self, ints: torch.Tensor, tables: Tables) -> triton_attention.Plan:
+    def on_device(self, ints: torch.Tensor, tables: Tables) -> Plan:
         """The plan over ``ints`` (this one's arrays, where the graph reads them)."""
         key_slots, key_run, class_keys, tokens, starts, counts, rot, positions, shifts = torch.split(
             ints, list(self.sizes)
         )
         cos, sin = turned_back(tables, positions.long(), shifts.long())
-        return triton_attention.Plan(
+        return Plan(
             key_slots, key_run, class_keys, tokens, starts, counts, rot, (cos.float(), sin.float()),
             self.num_classes, self.max_class, self.max_count,
         )  # fmt: skip

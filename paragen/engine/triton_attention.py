@@ -26,6 +26,7 @@ import torch
 
 from paragen.engine.attention import Attend
 from paragen.engine.shared_plan import RowPlan, Tables, turned_back
+from paragen.engine.triton_plan import Plan
 from paragen.engine.triton_tiling import key_classes
 
 BLOCK_N = 64  # keys a tile
@@ -47,23 +48,6 @@ def enabled(device: torch.device, dtype: torch.dtype) -> bool:
 @functools.cache
 def _has_triton() -> bool:
     return importlib.util.find_spec("triton") is not None
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What each query token of a forward reads (int32 tensors on the cache's device)."""
-
-    key_slots: torch.Tensor  # [K]: each class's slots, class after class
-    key_run: torch.Tensor  # [K]: each slot's run in its class (Hogwild!; a plain decode's is unused)
-    class_keys: torch.Tensor  # [C]: where the class's slots begin
-    class_tokens: torch.Tensor  # [T]: the tokens, class after class
-    class_start: torch.Tensor  # [C + 1]
-    key_count: torch.Tensor  # [T]: how many of its class's slots token t reads
-    rot_base: torch.Tensor  # [T]: token t's first rotation
-    rotations: Tables | None  # cos and signed-sin [rotations, D] fp32; None: the queries come rotated
-    num_classes: int
-    max_class: int  # tokens in the largest class
-    max_count: int  # keys the longest reader reads
 
 
 def shared_plan(plans: list[RowPlan], tables: Tables, device: torch.device) -> Plan:
