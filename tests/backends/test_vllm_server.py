@@ -197,6 +197,8 @@ STRATEGY_OPTIONS: dict[str, dict[str, object]] = {
     "lfs_k": {"k": 2},
     "rsa": {"k": 2, "t": 1},
     "dynasor": {"interval": 8, "probe_tokens": 4},
+    # DeepPrune's own judge is a 4B model this machine does not hold: the embedding judge stands in.
+    "deepprune": {"judge": "embedding"},
     # The searches grow a solution step by step and the verifier reads all of it: bounded so that
     # the verifier's prompt fits the 2048-token context the server is started with.
     **{s: {"max_depth": 3, "step_max_tokens": 24} for s in ("beam_search", "dvts", "particle_filtering")},
