@@ -216,7 +216,6 @@ def test_a_clean_exit_prints_nothing(model_dir: str) -> None:
         import anyio
         from paragen.backends.base import generate
         from paragen.backends.vllm import VLLMBackend
-from paragen.config import RepetitionDetection
         from paragen.types import GenerateRequest, SamplingParams
 
         async def main():
