@@ -160,7 +160,7 @@ class EvalRecord(_Strict):
         return (self.task, self.problem.id, self.strategy, self.n, self.settings_id, seed)
 
     def to_line(self) -> str:
-        # Without a failure the line is what it was before ``failure`` existed: older readers read it.
+        # Without a failure the line carries no ``failure`` key, so readers that lack the field read it.
         exclude = {"failure"} if self.failure is None else None
         return self.model_dump_json(by_alias=True, exclude=exclude) + "\n"
 

@@ -229,7 +229,7 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
     grader = Grader(workers=spec.grader_workers, equivalence=spec.task.equivalence)
     try:
         # The grading processes start and are waited for before any problem: started at the first
-        # answer, they took the CPU from the problems then in flight (the first strategy's latencies).
+        # answer, they would take the CPU from the problems then in flight (the first strategy's latencies).
         grader.start()
         await orch.open()
         for combo in spec.combos:  # a reward model that cannot be loaded fails here, before any record

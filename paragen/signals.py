@@ -1,7 +1,7 @@
 """SIGTERM as a cancellation: the run unwinds, its backend closes, then the command exits 143.
 
 Python's default SIGTERM ends the process on the spot and no ``finally`` runs. An in-process
-vLLM engine then outlives ``paragen eval``: its engine-core and worker processes were seen
+vLLM engine then outlives ``paragen eval``: its engine-core and worker processes are left
 orphaned, still decoding and deaf to SIGTERM. SIGINT already unwinds through asyncio's
 cancellation; this gives SIGTERM (what ``kill``, systemd and job schedulers send) the same path.
 """

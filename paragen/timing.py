@@ -8,7 +8,7 @@ import anyio
 import anyio.lowlevel
 
 # asyncio hands epoll its timeout in whole milliseconds, rounded up, so a sleep on the event loop's
-# timer ends up to 1 ms after its deadline (0.6 ms on average on a quiet machine), where a served
+# timer ends up to 1 ms after its deadline (docs/strategies.md has the average), where a served
 # reply wakes the loop on its socket at once. A precise fake sleeps on the timer until this long
 # before the deadline, then yields until the deadline has passed.
 _TIMER_SLACK = 0.002

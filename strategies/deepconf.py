@@ -234,7 +234,7 @@ class _Batch:
     threshold: float
 
 
-__all__ = [  # the confidence math is re-exported: it was defined here first
+__all__ = [  # the confidence math is re-exported: importers of it from here keep working
     "DeepConf",
     "DeepConfConfig",
     "DeepConfOnline",

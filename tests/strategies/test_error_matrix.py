@@ -1,5 +1,5 @@
 """Every built-in strategy x {budget hit on the first sample, deadline mid-run, a backend failing every
-request, one failing mid-stream} ends in a StrategyResult with the right stop_reason (issue 19).
+request, one failing mid-stream} ends in a StrategyResult with the right stop_reason.
 
 The scripted backend plays the faults (tests/strategies/error_matrix.py); composites are included:
 PDR with majority and FFS drafts, DeepPrune with the llm judge, LLMCompiler replanning. Hogwild!
