@@ -88,7 +88,14 @@ def run(
     check_otlp_endpoint(otlp_endpoint)
     backend_obj, _ = build_backend(backend, model=model, base_url=base_url, options=backend_opt)
     execute_run(
-        problem, chosen, backend_obj, sampling, budget, as_json=as_json, out=out, otlp_endpoint=otlp_endpoint
+        problem,
+        chosen,
+        backend=backend_obj,
+        sampling=sampling,
+        budget=budget,
+        as_json=as_json,
+        out=out,
+        otlp_endpoint=otlp_endpoint,
     )
 
 

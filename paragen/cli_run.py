@@ -26,10 +26,10 @@ from paragen.types import Problem, SamplingParams, StrategyResult
 def execute_run(
     problem: Problem,
     strategy: Strategy,
+    *,
     backend: Backend,
     sampling: SamplingParams,
     budget: Budget,
-    *,
     as_json: bool,
     out: Path | None,
     otlp_endpoint: str | None = None,

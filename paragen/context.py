@@ -137,7 +137,7 @@ class RunContext:
         self, request: GenerateRequest, *, label: str = "sample", parents: Sequence[int] = ()
     ) -> Trace:
         """One completion as a finished trace (status "error" if the backend failed)."""
-        fan = Fanout(self._account, _expand(request, 1), label, list(parents), None, None, "sample")
+        fan = Fanout(self._account, _expand(request, 1), label=label, kind="sample", parents=parents)
         return await fan.one()
 
     def fanout(
@@ -159,7 +159,15 @@ class RunContext:
         Leaving the block cancels whatever still runs (reason "abandoned").
         """
         requests = _expand(request, n)
-        return Fanout(self._account, requests, label, list(parents), checkpoint, monitor, kind)
+        return Fanout(
+            self._account,
+            requests,
+            label=label,
+            kind=kind,
+            parents=parents,
+            checkpoint=checkpoint,
+            monitor=monitor,
+        )
 
     def concurrently(self) -> ChildTasks:
         """A block whose children (coroutines, tool calls, child strategies) run at once.
@@ -201,7 +209,7 @@ class RunContext:
         if self.capabilities.fork and fork is not None and live.stream is not None:
             opener = functools.partial(fork, live.stream, live.index, live.num_tokens, text)
             probe = Fanout(
-                self._account, [request], label, [live.trace.id], None, None, "probe", opener=opener
+                self._account, [request], label=label, kind="probe", parents=[live.trace.id], opener=opener
             )
             return await probe.one()
         if request.continue_final and not self.capabilities.continue_final:
@@ -209,7 +217,7 @@ class RunContext:
                 "probing a chat sample needs a backend that continues a prefilled reply",
                 hint="use the engine, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)",
             )
-        fan = Fanout(self._account, [request], label, [live.trace.id], None, None, "probe")
+        fan = Fanout(self._account, [request], label=label, kind="probe", parents=[live.trace.id])
         return await fan.one()
 
     async def score(
@@ -255,7 +263,7 @@ class RunContext:
         messages = verify_messages(request.question, request.steps, whole=whole)
         # One greedy token: its log-probability is the verdict (see paragen.scoring.llm).
         ask = self.request(messages=messages, max_tokens=1, temperature=0.0, logprobs=True, stop=())
-        fan = Fanout(self._account, [ask], label, list(parents), None, None, "score")
+        fan = Fanout(self._account, [ask], label=label, kind="score", parents=parents)
         trace = await fan.one()
         if trace.status == "error":
             raise ScorerError(f"the LLM-as-verifier's call failed: {trace.error}")

@@ -160,7 +160,7 @@ class Orchestrator:
         result, stop_reason, error = await self._execute(strategy, problem, ctx)
         if ledger.budget_hit and stop_reason == "done" and result is None:
             stop_reason = "budget"
-        result = self._complete(result, ctx, ledger, stop_reason, error)
+        result = self._complete(result, ctx, ledger=ledger, stop_reason=stop_reason, error=error)
         result.config = strategy.config.model_dump(mode="json")
         if on_event is not None:
             on_event(RunEnded(result=result))
@@ -192,6 +192,7 @@ class Orchestrator:
         self,
         result: StrategyResult | None,
         ctx: RunContext,
+        *,
         ledger: Ledger,
         stop_reason: StopReason,
         error: str | None,

@@ -282,7 +282,15 @@ class _VLLMStream:
         self.usage.completion_tokens += len(token_ids)
         logprobs, tops = _logprobs(token_ids, choice.logprobs, self._top_logprobs)
         finish = None if choice.finish_reason is None else _FINISH.get(choice.finish_reason, "stop")
-        return Delta(choice.index, choice.text, len(token_ids), token_ids, logprobs, tops, finish)
+        return Delta(
+            choice.index,
+            choice.text,
+            len(token_ids),
+            token_ids=token_ids,
+            logprobs=logprobs,
+            top_logprobs=tops,
+            finish_reason=finish,
+        )
 
 
 def _logprobs(

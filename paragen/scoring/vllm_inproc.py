@@ -40,7 +40,7 @@ class VLLMScorer:
     """A PRM (default) or ORM loaded by vLLM from ``model_path``; other options go to the engine."""
 
     def __init__(
-        self, model_path: str, step_tag: str = DEFAULT_STEP_TAG, kind: str = "prm", **options: Any
+        self, model_path: str, *, step_tag: str = DEFAULT_STEP_TAG, kind: str = "prm", **options: Any
     ) -> None:
         self._kind: ScorerKind = check_kind(kind)
         self.step_tag = step_tag

@@ -46,12 +46,12 @@ class VLLMServerScorer:
     def __init__(
         self,
         target: str,
+        *,
         model: str | None = None,
         step_tag: str = DEFAULT_STEP_TAG,
         kind: str = "prm",
         api_key_env: str | None = None,
         timeout: float | str = 120.0,
-        *,
         transport: httpx.AsyncBaseTransport | None = None,  # tests inject faults here
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):

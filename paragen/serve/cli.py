@@ -78,13 +78,20 @@ def serve_command(
     try:
         backend_obj = _backend(backend, model, backend_opt)
         with _tracing(otlp_endpoint):
-            _serve(backend_obj, config, sock, model, bool(served_model_name), (log_level, access_log))
+            _serve(
+                backend_obj,
+                config,
+                sock=sock,
+                model=model,
+                named=bool(served_model_name),
+                logging=(log_level, access_log),
+            )
     finally:
         sock.close()
 
 
 def _serve(
-    backend: Any, config: Any, sock: Any, model: str | None, named: bool, logging: tuple[str, bool]
+    backend: Any, config: Any, *, sock: Any, model: str | None, named: bool, logging: tuple[str, bool]
 ) -> None:
     from paragen.serve.app import create_app
     from paragen.serve.server import run_in_foreground, served_model_names, uvicorn_server
