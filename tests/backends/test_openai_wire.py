@@ -8,7 +8,7 @@ import pytest
 
 from paragen.backends.openai_wire import ChunkParser, WireOptions, build_body, error_message
 from paragen.errors import BackendHTTPError, BackendProtocolError
-from paragen.tool_calls import canonical_arguments, merge
+from paragen.tool_calls import merge
 from paragen.types import ChatMessage, GenerateRequest, SamplingParams, ToolOptions, Usage
 
 
@@ -218,5 +218,3 @@ def test_parser_reads_tool_call_pieces_and_merge_joins_them() -> None:
     assert merge(pieces) == [
         {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": '{"city": "Paris"}'}}
     ]
-    assert canonical_arguments('{ "b": 1, "a": [1, 2] }') == '{"a":[1,2],"b":1}'
-    assert canonical_arguments(" not json ") == "not json"
