@@ -35,7 +35,7 @@ from paragen.backends.openai_http import map_http_errors, raise_for_status
 from paragen.backends.openai_stream import StreamContext
 from paragen.backends.openai_wire import Endpoint, ServerKind
 from paragen.backends.pool import Pool, Replica
-from paragen.errors import BackendError, BackendProtocolError, ConfigError
+from paragen.errors import BackendError, BackendProtocolError, ConfigError, describe_invalid
 from paragen.types import GenerateRequest
 
 _KINDS: dict[str, ServerKind] = {
@@ -88,7 +88,7 @@ class OpenAIBackend:
         try:
             config = OpenAIConfig(**options)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            problems = describe_invalid(exc, every=True)
             raise ConfigError(
                 f"bad openai backend options: {problems}", hint="see docs/openai-backend.md"
             ) from exc

@@ -22,7 +22,7 @@ from pydantic import Field, ValidationError
 
 from paragen.backends.base import Capabilities, CompletionStream, refuse_tools
 from paragen.config import RepetitionDetection
-from paragen.errors import ConfigError, EngineError, ParagenError
+from paragen.errors import ConfigError, EngineError, ParagenError, describe_invalid
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, SamplingParams, Usage
 
 _INSTALL = "pip install 'paragen[vllm]'"
@@ -114,7 +114,7 @@ class VLLMBackend:
         try:
             config = VLLMConfig(**options)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            problems = describe_invalid(exc, every=True)
             raise ConfigError(
                 f"bad vllm backend options: {problems}", hint="other engine args go in engine_args"
             ) from exc

@@ -23,7 +23,7 @@ import anyio.to_thread
 from pydantic import ValidationError
 
 from paragen.backends.vllm import VLLMConfig, cpu_safe, import_vllm
-from paragen.errors import ConfigError
+from paragen.errors import ConfigError, describe_invalid
 from paragen.scoring.base import (
     DEFAULT_STEP_TAG,
     ScoreRequest,
@@ -48,7 +48,7 @@ class VLLMScorer:
         try:
             self.config = VLLMConfig(model=model_path, **options)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            problems = describe_invalid(exc, every=True)
             raise ConfigError(
                 f"bad vllm scorer options: {problems}", hint="other engine args go in engine_args"
             ) from exc

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paragen.cli_options import BackendOpt, BackendOpts, ModelOpt, OtlpOpt, check_otlp_endpoint
+from paragen.cli_options import BackendOpt, BackendOpts, ModelOpt, OtlpOpt, check_otlp_endpoint, validated
 from paragen.errors import ConfigError
 
 _FLAGS = {
@@ -62,8 +62,9 @@ def serve_command(
     api_key = _api_key(api_key_env)
     _check_log_level(log_level)
     check_otlp_endpoint(otlp_endpoint)
-    config = _validated(
+    config = validated(
         ServeConfig,
+        _FLAGS,
         model_names=tuple(served_model_name) or ("pending",),
         api_key=api_key,
         max_runs=max_runs,
@@ -137,20 +138,6 @@ def _api_key(variable: str | None) -> str | None:
 
 
 def _backend(spec: str, model: str | None, options: list[str]) -> Any:
-    from paragen.cli_options import build_backend
+    from paragen.cli_options import choose_backend
 
-    backend, _shown = build_backend(spec, model=model, base_url=None, options=options)
-    return backend
-
-
-def _validated(model: Any, **values: Any) -> Any:
-    from pydantic import ValidationError
-
-    try:
-        return model(**values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        flag = _FLAGS.get(field, field.replace("_", "-"))
-        message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix for a validator's error
-        raise ConfigError(f"bad value for --{flag}: {message}") from None
+    return choose_backend(spec, model=model, base_url=None, options=options).build()

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from paragen.config import Budget
-from paragen.errors import ConfigError
+from paragen.errors import ConfigError, invalid_fields
 from paragen.registry import STRATEGY_GROUP, load_strategy, names
 from paragen.serve.errors import APIError, bad_request, from_paragen, from_validation
 from paragen.serve.wire import ChatRequest, CompletionRequest, Message
@@ -271,7 +271,7 @@ def _check_generate_request(plan: Plan) -> None:
     try:
         GenerateRequest(messages=plan.messages, prompt=plan.prompt, params=plan.defaults, tools=plan.tools)
     except ValidationError as exc:
-        raise bad_request(exc.errors()[0]["msg"].removeprefix("Value error, "), param="messages") from None
+        raise bad_request(invalid_fields(exc)[0].message, param="messages") from None
 
 
 def _problem(request: AnyRequest, problem_id: str) -> Problem:
@@ -286,6 +286,4 @@ def _problem(request: AnyRequest, problem_id: str) -> Problem:
         return Problem(id=problem_id, question=question)
     except ValidationError as exc:
         param = "prompt" if isinstance(request, CompletionRequest) else "messages"
-        raise bad_request(
-            f"{param}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", param=param
-        ) from None
+        raise bad_request(f"{param}: {invalid_fields(exc)[0].message}", param=param) from None
