@@ -47,6 +47,10 @@ from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams,
 if TYPE_CHECKING:
     from paragen.shared import SharedWorkers
 
+CONTINUATION_HINT = (
+    "use the engine, vLLM, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)"
+)
+
 
 class Runnable(Protocol):
     """What ``run_strategy`` needs of a strategy (the Strategy protocol, which builds on this module)."""
@@ -169,6 +173,13 @@ class RunContext:
             monitor=monitor,
         )
 
+    def require_continuation(self, why: str, *, instead: str | None = None) -> None:
+        """Refuse, before any sample, a backend that cannot continue a prefilled reply
+        (``capabilities.continue_final``): a ConfigError saying ``why``, its hint the backends that
+        can (and ``instead``, another way out, when given)."""
+        if not self.capabilities.continue_final:
+            raise ConfigError(why, hint=CONTINUATION_HINT + (f", or {instead}" if instead else ""))
+
     def concurrently(self) -> ChildTasks:
         """A block whose children (coroutines, tool calls, child strategies) run at once.
 
@@ -212,10 +223,9 @@ class RunContext:
                 self._account, [request], label=label, kind="probe", parents=[live.trace.id], opener=opener
             )
             return await probe.one()
-        if request.continue_final and not self.capabilities.continue_final:
-            raise ConfigError(
-                "probing a chat sample needs a backend that continues a prefilled reply",
-                hint="use the engine, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)",
+        if request.continue_final:
+            self.require_continuation(
+                "probing a chat sample needs a backend that continues a prefilled reply"
             )
         fan = Fanout(self._account, [request], label=label, kind="probe", parents=[live.trace.id])
         return await fan.one()
