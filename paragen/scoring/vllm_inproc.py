@@ -30,8 +30,7 @@ from paragen.scoring.base import (
     ScorerError,
     ScorerKind,
     StepScores,
-    orm_messages,
-    prm_messages,
+    reward_messages,
 )
 from paragen.scoring.pooled import check_kind, orm_score, prm_scores
 
@@ -116,10 +115,7 @@ class VLLMScorer:
             _shutdown(engine)
 
     def _prompt_ids(self, request: ScoreRequest) -> list[int]:
-        if self._kind == "orm":
-            messages = orm_messages(request.question, request.steps)
-        else:
-            messages = prm_messages(request.question, request.steps, self.step_tag)
+        messages = reward_messages(request, self._kind, self.step_tag)
         text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
         return list(self._tokenizer(text, add_special_tokens=False).input_ids)
 
