@@ -20,13 +20,16 @@ import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 import typer
 from pydantic import SecretStr
 
 from paragen.config import parse_backend_spec
 from paragen.errors import ConfigError, invalid_fields
+
+if TYPE_CHECKING:
+    from paragen.backends.base import Backend
 
 SEED_HELP = (
     "sampling seed sent with every request; the n samples of one request get distinct seeds derived "
@@ -194,8 +197,9 @@ class BackendChoice:
     options: dict[str, Any]
     shown: str  # the spec as it may be printed and recorded: never a credential in it
 
-    def build(self) -> Any:
-        return self.plugin.from_spec(self.target, **self.options)
+    def build(self) -> Backend:
+        backend: Backend = self.plugin.from_spec(self.target, **self.options)
+        return backend
 
 
 def choose_backend(

@@ -26,11 +26,14 @@ they reach it wrapped in exception groups; anything else is a bug and propagates
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
+
+T = TypeVar("T")
 
 
 class ParagenError(Exception):
@@ -158,3 +161,15 @@ def describe_invalid(exc: ValidationError, *, every: bool = False, whole: str = 
     found = invalid_fields(exc)
     named = [InvalidField(p.field or whole, p.message, p.type) for p in found[: None if every else 1]]
     return "; ".join(str(p) for p in named)
+
+
+def build_config(
+    model: Callable[..., T], options: Mapping[str, Any], *, what: str, hint: str | None = None
+) -> T:
+    """``model(**options)``, or one ConfigError naming every bad option: ``bad {what}: FIELD: WHY; ...``."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**options)
+    except ValidationError as exc:
+        raise ConfigError(f"bad {what}: {describe_invalid(exc, every=True)}", hint=hint) from exc

@@ -18,11 +18,11 @@ from types import TracebackType
 from typing import Any
 
 import anyio
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from paragen.backends.base import Capabilities, CompletionStream, refuse_tools
 from paragen.config import RepetitionDetection
-from paragen.errors import ConfigError, EngineError, ParagenError, describe_invalid
+from paragen.errors import ConfigError, EngineError, ParagenError, build_config
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, SamplingParams, Usage
 
 _INSTALL = "pip install 'paragen[vllm]'"
@@ -111,13 +111,9 @@ class VLLMBackend:
             options["model"] = target
         if "model" not in options:
             raise ConfigError("the vllm backend needs a model", hint="e.g. vllm:Qwen/Qwen3-0.6B")
-        try:
-            config = VLLMConfig(**options)
-        except ValidationError as exc:
-            problems = describe_invalid(exc, every=True)
-            raise ConfigError(
-                f"bad vllm backend options: {problems}", hint="other engine args go in engine_args"
-            ) from exc
+        config = build_config(
+            VLLMConfig, options, what="vllm backend options", hint="other engine args go in engine_args"
+        )
         return cls(config)
 
     @property

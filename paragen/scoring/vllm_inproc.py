@@ -20,10 +20,9 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
-from pydantic import ValidationError
 
 from paragen.backends.vllm import VLLMConfig, cpu_safe, import_vllm
-from paragen.errors import ConfigError, describe_invalid
+from paragen.errors import build_config
 from paragen.scoring.base import (
     DEFAULT_STEP_TAG,
     ScoreRequest,
@@ -44,13 +43,12 @@ class VLLMScorer:
         self._kind: ScorerKind = check_kind(kind)
         self.step_tag = step_tag
         self.name = f"vllm:{model_path}"
-        try:
-            self.config = VLLMConfig(model=model_path, **options)
-        except ValidationError as exc:
-            problems = describe_invalid(exc, every=True)
-            raise ConfigError(
-                f"bad vllm scorer options: {problems}", hint="other engine args go in engine_args"
-            ) from exc
+        self.config = build_config(
+            VLLMConfig,
+            {**options, "model": model_path},
+            what="vllm scorer options",
+            hint="other engine args go in engine_args",
+        )
         self.engine: Any = None
         self._tokenizer: Any = None
         self._tag_id: int | None = None
