@@ -101,6 +101,10 @@ EXCLUDED = {
     "hogwild_text": "Hogwild!'s text approximation for backends without a shared KV cache; on the engine "
     "the real `hogwild` runs, and the approximation re-reads every worker's view each round: about "
     "100 s a problem on 2 CPU cores, a third of the hour for one setting",
+    "passthrough": "what `paragen serve` runs for a plain model name: the question sampled once with no "
+    "solve prompt and no answer extracted (single is that baseline)",
+    "tool_vote": "what `paragen serve` runs for majority-N with tools: a vote over tool calls, and "
+    "these tasks offer no tools",
 }
 ROOT = Path(__file__).resolve().parents[1]
 

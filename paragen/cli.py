@@ -26,9 +26,9 @@ from paragen.cli_options import (
     SeedOpt,
     StrategyOpts,
     TemperatureOpt,
-    build_backend,
     check_otlp_endpoint,
     check_out_file,
+    choose_backend,
     count_option,
     parse_strategy_options,
     validated,
@@ -86,9 +86,16 @@ def run(
     if out is not None:
         check_out_file(out)
     check_otlp_endpoint(otlp_endpoint)
-    backend_obj, _ = build_backend(backend, model=model, base_url=base_url, options=backend_opt)
+    backend_obj = choose_backend(backend, model=model, base_url=base_url, options=backend_opt).build()
     execute_run(
-        problem, chosen, backend_obj, sampling, budget, as_json=as_json, out=out, otlp_endpoint=otlp_endpoint
+        problem,
+        chosen,
+        backend=backend_obj,
+        sampling=sampling,
+        budget=budget,
+        as_json=as_json,
+        out=out,
+        otlp_endpoint=otlp_endpoint,
     )
 
 

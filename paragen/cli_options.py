@@ -20,13 +20,16 @@ import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 import typer
 from pydantic import SecretStr
 
 from paragen.config import parse_backend_spec
-from paragen.errors import ConfigError
+from paragen.errors import ConfigError, invalid_fields
+
+if TYPE_CHECKING:
+    from paragen.backends.base import Backend
 
 SEED_HELP = (
     "sampling seed sent with every request; the n samples of one request get distinct seeds derived "
@@ -73,16 +76,17 @@ def check_otlp_endpoint(endpoint: str | None) -> None:
         raise ConfigError(f"bad --otlp-endpoint {endpoint!r}: an http(s) URL, e.g. http://localhost:4318")
 
 
-def validated(model: Any, **values: Any) -> Any:
-    """``model(**values)``, or one ConfigError naming the flag of the first bad value."""
+def validated(model: Any, flags: Mapping[str, str] | None = None, /, **values: Any) -> Any:
+    """``model(**values)``, or one ConfigError naming the flag of the first bad value: ``flags[field]``,
+    else the field's name with dashes."""
     from pydantic import ValidationError
 
     try:
         return model(**values)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"bad value for {field.replace('_', '-')}: {err['msg']}") from None
+        first = invalid_fields(exc)[0]
+        flag = (flags or {}).get(first.field, first.field.replace("_", "-"))
+        raise ConfigError(f"bad value for --{flag}: {first.message}") from None
 
 
 def parse_pairs(items: Sequence[str], flag: str) -> list[tuple[str, str]]:
@@ -193,8 +197,9 @@ class BackendChoice:
     options: dict[str, Any]
     shown: str  # the spec as it may be printed and recorded: never a credential in it
 
-    def build(self) -> Any:
-        return self.plugin.from_spec(self.target, **self.options)
+    def build(self) -> Backend:
+        backend: Backend = self.plugin.from_spec(self.target, **self.options)
+        return backend
 
 
 def choose_backend(
@@ -209,14 +214,6 @@ def choose_backend(
     values = typed_options(parse_pairs(options, "--backend-opt"), config)
     plugin, target, values = resolve_backend(spec, values, model=model, base_url=base_url)
     return BackendChoice(plugin, target, values, kind if target is None else f"{kind}:{target}")
-
-
-def build_backend(
-    spec: str, *, model: str | None, base_url: str | None, options: Sequence[str]
-) -> tuple[Any, str]:
-    """The backend built, and its spec as it may be shown and recorded."""
-    choice = choose_backend(spec, model=model, base_url=base_url, options=options)
-    return choice.build(), choice.shown
 
 
 def check_out_file(out: Path) -> None:

@@ -15,7 +15,7 @@ from rich.table import Table
 from paragen import tracing
 from paragen.backends.base import Backend
 from paragen.config import Budget
-from paragen.errors import BackendError, ConfigError
+from paragen.errors import BackendError, ConfigError, invalid_fields
 from paragen.live_view import WorkerColumns
 from paragen.orchestrator import Orchestrator
 from paragen.signals import until_terminated
@@ -26,10 +26,10 @@ from paragen.types import Problem, SamplingParams, StrategyResult
 def execute_run(
     problem: Problem,
     strategy: Strategy,
+    *,
     backend: Backend,
     sampling: SamplingParams,
     budget: Budget,
-    *,
     as_json: bool,
     out: Path | None,
     otlp_endpoint: str | None = None,
@@ -69,7 +69,7 @@ def cli_problem(question: str) -> Problem:
     try:
         return Problem(id="cli", question=question)
     except ValidationError as exc:
-        raise ConfigError(f"bad question: {exc.errors()[0]['msg']}") from None
+        raise ConfigError(f"bad question: {invalid_fields(exc)[0].message}") from None
 
 
 def _fail_if_nothing_ran(result: StrategyResult) -> None:

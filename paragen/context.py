@@ -47,6 +47,10 @@ from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams,
 if TYPE_CHECKING:
     from paragen.shared import SharedWorkers
 
+CONTINUATION_HINT = (
+    "use the engine, vLLM, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)"
+)
+
 
 class Runnable(Protocol):
     """What ``run_strategy`` needs of a strategy (the Strategy protocol, which builds on this module)."""
@@ -137,7 +141,7 @@ class RunContext:
         self, request: GenerateRequest, *, label: str = "sample", parents: Sequence[int] = ()
     ) -> Trace:
         """One completion as a finished trace (status "error" if the backend failed)."""
-        fan = Fanout(self._account, _expand(request, 1), label, list(parents), None, None, "sample")
+        fan = Fanout(self._account, _expand(request, 1), label=label, kind="sample", parents=parents)
         return await fan.one()
 
     def fanout(
@@ -159,7 +163,22 @@ class RunContext:
         Leaving the block cancels whatever still runs (reason "abandoned").
         """
         requests = _expand(request, n)
-        return Fanout(self._account, requests, label, list(parents), checkpoint, monitor, kind)
+        return Fanout(
+            self._account,
+            requests,
+            label=label,
+            kind=kind,
+            parents=parents,
+            checkpoint=checkpoint,
+            monitor=monitor,
+        )
+
+    def require_continuation(self, why: str, *, instead: str | None = None) -> None:
+        """Refuse, before any sample, a backend that cannot continue a prefilled reply
+        (``capabilities.continue_final``): a ConfigError saying ``why``, its hint the backends that
+        can (and ``instead``, another way out, when given)."""
+        if not self.capabilities.continue_final:
+            raise ConfigError(why, hint=CONTINUATION_HINT + (f", or {instead}" if instead else ""))
 
     def concurrently(self) -> ChildTasks:
         """A block whose children (coroutines, tool calls, child strategies) run at once.
@@ -201,15 +220,14 @@ class RunContext:
         if self.capabilities.fork and fork is not None and live.stream is not None:
             opener = functools.partial(fork, live.stream, live.index, live.num_tokens, text)
             probe = Fanout(
-                self._account, [request], label, [live.trace.id], None, None, "probe", opener=opener
+                self._account, [request], label=label, kind="probe", parents=[live.trace.id], opener=opener
             )
             return await probe.one()
-        if request.continue_final and not self.capabilities.continue_final:
-            raise ConfigError(
-                "probing a chat sample needs a backend that continues a prefilled reply",
-                hint="use the engine, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)",
+        if request.continue_final:
+            self.require_continuation(
+                "probing a chat sample needs a backend that continues a prefilled reply"
             )
-        fan = Fanout(self._account, [request], label, [live.trace.id], None, None, "probe")
+        fan = Fanout(self._account, [request], label=label, kind="probe", parents=[live.trace.id])
         return await fan.one()
 
     async def score(
@@ -255,7 +273,7 @@ class RunContext:
         messages = verify_messages(request.question, request.steps, whole=whole)
         # One greedy token: its log-probability is the verdict (see paragen.scoring.llm).
         ask = self.request(messages=messages, max_tokens=1, temperature=0.0, logprobs=True, stop=())
-        fan = Fanout(self._account, [ask], label, list(parents), None, None, "score")
+        fan = Fanout(self._account, [ask], label=label, kind="score", parents=parents)
         trace = await fan.one()
         if trace.status == "error":
             raise ScorerError(f"the LLM-as-verifier's call failed: {trace.error}")

@@ -41,19 +41,19 @@ class Fanout:
         self,
         account: Account,
         requests: list[GenerateRequest],
-        label: str,
-        parents: list[int],
-        checkpoint: int | None,
-        monitor: Monitor | None,
-        kind: str,
         *,
+        label: str,
+        kind: str,
+        parents: Sequence[int] = (),
+        checkpoint: int | None = None,
+        monitor: Monitor | None = None,
         opener: Opener | None = None,
     ) -> None:
         self._account = account
         self._opener = opener  # opens a sample's stream instead of backend.stream (a probe's fork)
         self._requests = requests
         self._label = label
-        self._parents = parents
+        self._parents = list(parents)
         self._checkpoint = checkpoint
         self._monitor = monitor
         # Whether a delta needs anything beyond being added: the hot loops skip _after_delta otherwise.

@@ -160,7 +160,7 @@ class Orchestrator:
         result, stop_reason, error = await self._execute(strategy, problem, ctx)
         if ledger.budget_hit and stop_reason == "done" and result is None:
             stop_reason = "budget"
-        result = self._complete(result, ctx, ledger, stop_reason, error)
+        result = self._complete(result, ctx, ledger=ledger, stop_reason=stop_reason, error=error)
         result.config = strategy.config.model_dump(mode="json")
         if on_event is not None:
             on_event(RunEnded(result=result))
@@ -192,6 +192,7 @@ class Orchestrator:
         self,
         result: StrategyResult | None,
         ctx: RunContext,
+        *,
         ledger: Ledger,
         stop_reason: StopReason,
         error: str | None,
@@ -204,25 +205,16 @@ class Orchestrator:
                 trace.end, trace.status, trace.cancel_reason = latency, "cancelled", stop_reason
                 if tracer is not None:
                     tracer.trace_ended(trace)
-        usage = summarize(traces, latency_s=latency)
-        if result is None:
-            return StrategyResult(
-                strategy=ctx.strategy_name,
-                problem_id=ctx.problem.id,
-                answer=None,
-                stop_reason=stop_reason,
-                error=error,
-                traces=list(traces),
-                usage=usage,
-            )
-        if stop_reason == "done":  # the strategy's own verdict stands unless the budget cut it short
+        if result is None:  # no result of the strategy's own: an empty one, its ending filled in below
+            result = ctx.finish(None)
+        elif stop_reason == "done":  # the strategy's own verdict stands unless the budget cut it short
             # A strategy that reports "error" after the budget stopped its samples failed for want of them.
             spent = ledger.budget_hit and result.stop_reason in ("done", "error")
             stop_reason = "budget" if spent else result.stop_reason
         return result.model_copy(
             update={
                 "traces": list(traces),
-                "usage": usage,
+                "usage": summarize(traces, latency_s=latency),
                 "stop_reason": stop_reason,
                 "error": error or result.error,
             }

@@ -1,15 +1,13 @@
-"""Function calls (OpenAI's ``tool_calls``): joined from stream pieces, and compared.
+"""Function calls (OpenAI's ``tool_calls``), joined from stream pieces.
 
 A server streams a call in pieces: the first names it (``id``, ``function.name``), the rest
 add to ``function.arguments``; some servers (llama-cpp-python) repeat the id and name on every
 piece. :func:`merge` joins the pieces of one choice into whole calls, in OpenAI's message
-format. :func:`canonical_arguments` makes two calls' arguments comparable whatever their key
-order or spacing.
+format.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,21 +30,4 @@ def merge(pieces: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [calls[i] for i in sorted(calls)]
 
 
-def canonical_arguments(arguments: str) -> str:
-    """The arguments as canonical JSON (keys sorted, no spaces); text that is not JSON, stripped."""
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return arguments.strip()
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def name_of(call: dict[str, Any]) -> str:
-    return str((call.get("function") or {}).get("name", ""))
-
-
-def arguments_of(call: dict[str, Any]) -> str:
-    return canonical_arguments(str((call.get("function") or {}).get("arguments", "")))
-
-
-__all__ = ["arguments_of", "canonical_arguments", "merge", "name_of"]
+__all__ = ["merge"]

@@ -8,6 +8,7 @@ token or chunk), so it is a slotted dataclass instead.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -97,6 +98,13 @@ class ToolOptions(Model):
     tools: tuple[dict[str, Any], ...] = Field(min_length=1)
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+
+
+ToolVoteRule = Literal["name", "arguments", "hierarchical"]
+"""What makes two samples' tool calls one ballot in a vote over them (the ``tool_vote`` strategy)."""
+
+TextSink = Callable[[str], None]
+"""Receives a sample's text as it grows, piece by piece (for streaming it to a client)."""
 
 
 class GenerateRequest(Model):

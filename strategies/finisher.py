@@ -14,7 +14,6 @@ from pydantic import Field
 
 from paragen import RunContext, StrategyConfig
 from paragen.answers import last_boxed
-from paragen.errors import ConfigError
 from paragen.types import ChatMessage, Trace
 from strategies.hogwild_prompts import HogwildPrompts, finisher_answer
 
@@ -32,10 +31,9 @@ class FinisherFields(StrategyConfig):
 
 def check_finisher(ctx: RunContext, config: FinisherFields) -> None:
     """Refuse the finisher up front on a backend that cannot continue a prefilled reply."""
-    if config.finisher and not ctx.capabilities.continue_final:
-        raise ConfigError(
-            "the finisher needs a backend that continues a prefilled reply",
-            hint="use the engine or a vLLM/SGLang chat endpoint, or set finisher=false",
+    if config.finisher:
+        ctx.require_continuation(
+            "the finisher needs a backend that continues a prefilled reply", instead="set finisher=false"
         )
 
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from paragen import ChildTasks, Fanout, RunContext
 from paragen.answers import extract_answer, last_boxed
-from paragen.errors import ConfigError
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, GenerateRequest, Trace
 from strategies.search_common import Path, StepFields
@@ -29,11 +28,9 @@ from strategies.search_common import Path, StepFields
 
 def check_continuation(ctx: RunContext) -> None:
     """Refuse, before any sample, a backend that cannot continue a partial solution."""
-    if not ctx.capabilities.continue_final:
-        raise ConfigError(
-            "step-by-step search continues partial solutions: the backend must continue a prefilled reply",
-            hint="use the engine, vLLM, or a vLLM/SGLang chat endpoint (capabilities.continue_final)",
-        )
+    ctx.require_continuation(
+        "step-by-step search continues partial solutions: the backend must continue a prefilled reply"
+    )
 
 
 def step_request(

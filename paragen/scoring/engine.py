@@ -48,6 +48,7 @@ class EngineScorer:
     def __init__(
         self,
         target: str,
+        *,
         step_tag: str = DEFAULT_STEP_TAG,
         dtype: str = "auto",
         device: str = "cpu",

@@ -379,7 +379,7 @@ async def test_one_sample_runs_in_the_callers_task_and_stops_like_a_fanout() -> 
     result = await Orchestrator(backend, budget=Budget(max_total_tokens=5)).run(OneSample(), PROBLEM)
     assert result.stop_reason == "budget" and result.traces[0].status == "cancelled"
     assert 5 <= result.traces[0].completion_tokens <= 6
-    two = Fanout(Account(backend, ledger, "p", ""), [ctx.request(prompt="x", n=2)], "s", [], None, None, "s")
+    two = Fanout(Account(backend, ledger, "p", ""), [ctx.request(prompt="x", n=2)], label="s", kind="s")
     with pytest.raises(ValueError, match="exactly one sample"):
         await two.one()
 

@@ -11,20 +11,16 @@ Python (``benchmarks/llmcompiler.py``), not by name.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from evals.tasks.base import Task
+from evals.tasks.base import Fields, Task
 
 TOOL_TASKS = ("game24", "hotpotqa_comparison", "movie_recommendation", "parallelqa")
 
 
 def tool_task(name: str) -> Task:
     """One of :data:`TOOL_TASKS` as a harness task (rows generated from the bundled files)."""
-    from evals.tasks.base import Fields, Task
-
     if name == "game24":
-        from evals.tools_tasks.game24 import game24_rows, same_as_24
+        from evals.tasks.game24 import game24_rows, same_as_24
 
         return Task(
             name="game24",
@@ -34,7 +30,7 @@ def tool_task(name: str) -> Task:
             equivalence=same_as_24,
             note="the strategies need a calculator tool, e.g. -O llmcompiler.tools='[\"calculator\"]'",
         )
-    from evals.tools_tasks.llmcompiler_sets import SETS, grade, set_rows
+    from evals.tasks.llmcompiler_sets import SETS, grade, set_rows
 
     if name not in SETS:
         raise KeyError(name)

@@ -42,7 +42,8 @@ def value_of(key: str) -> int:
     return sum(ord(c) for c in key) % 97
 
 
-_KEYS = re.compile(r"keys: ([\w, ]+)\.")
+# ReAct's step ends where the tool's observation will come; its requests stop there.
+OBSERVATION = "Observation:"
 
 
 @dataclass
@@ -63,8 +64,8 @@ class SyntheticTask:
         return [
             Problem(
                 id=f"synthetic-{i}",
-                question=f"What is the sum of the numbers stored under these keys: {', '.join(keys)}.",
-                gold=str(sum(value_of(k) for k in keys)),
+                question=question(keys),
+                gold=str(total(keys)),
                 meta={"task": "synthetic_parallel"},
             )
             for i, keys in enumerate(self.keys)
@@ -86,14 +87,22 @@ class SyntheticTask:
         return Script(text=text, token_delay=self.token_delay, first_delay=self.first_delay)
 
     def respond(self, request: GenerateRequest, index: int) -> Script:
-        messages = request.messages or ()
-        system, user = messages[0].content, messages[-1].content
-        keys = _keys(user)
-        if "Make a plan" in system:
+        """The model's reply, told apart by the request's stop words, not by any prompt's wording: the
+        planner stops at the plan's end, a ReAct step at the observation, the joiner at neither."""
+        from strategies.llmcompiler.plan import END_OF_PLAN
+
+        user = (request.messages or ())[-1].content
+        keys = self._keys_asked(user)
+        stop = request.params.stop
+        if END_OF_PLAN in stop:
             return self.script(plan_text(keys))
-        if "Results:" in user:
-            return self.script(f"Thought: the sum is computed.\nAction: Finish({_last_observation(user)})")
-        return self.script(react_step(keys, user))
+        if OBSERVATION in stop:
+            return self.script(react_step(keys, user))
+        return self.script(finish_text(keys))
+
+    def _keys_asked(self, user: str) -> list[str]:
+        """The keys of the task's own question that ``user`` holds (none when it holds none)."""
+        return next((keys for keys in self.keys if question(keys) in user), [])
 
     def ideal_llmcompiler_s(self, keys: list[str]) -> float:
         """The best wall time streaming LLMCompiler can reach: plan lines dispatched as they complete."""
@@ -105,13 +114,25 @@ class SyntheticTask:
         fetched = [line_done[i] + self.latencies.get(k, 0.1) for i, k in enumerate(keys)]
         sum_done = max(line_done[len(keys)], *fetched)  # the calculator call is instant
         planner_end = self.first_delay + (len(tokenize(text.split(END_OF_PLAN)[0])) - 1) * self.token_delay
-        join_text = f"Thought: the sum is computed.\nAction: Finish({sum(map(value_of, keys))})"
-        return max(sum_done, planner_end) + self._duration(join_text)
+        return max(sum_done, planner_end) + self._duration(finish_text(keys))
 
     def _duration(self, text: str) -> float:
         from paragen.backends.scripted import tokenize
 
         return self.first_delay + (len(tokenize(text)) - 1) * self.token_delay
+
+
+def question(keys: list[str]) -> str:
+    return f"What is the sum of the numbers stored under these keys: {', '.join(keys)}."
+
+
+def total(keys: list[str]) -> int:
+    return sum(value_of(k) for k in keys)
+
+
+def finish_text(keys: list[str]) -> str:
+    """The joiner's reply: the answer, from the task's own data."""
+    return f"Thought: the sum is computed.\nAction: Finish({total(keys)})"
 
 
 def plan_text(keys: list[str]) -> str:
@@ -126,22 +147,17 @@ def plan_text(keys: list[str]) -> str:
 
 
 def react_step(keys: list[str], user: str) -> str:
-    seen = user.count("Observation:")
+    seen = user.count(OBSERVATION)
     if seen < len(keys):
-        return f'Thought: I need the value of {keys[seen]}.\nAction: fetch("{keys[seen]}")\nObservation:'
+        return f'Thought: I need the value of {keys[seen]}.\nAction: fetch("{keys[seen]}")\n{OBSERVATION}'
     if seen == len(keys):
-        values = re.findall(r"Observation: (-?\d+)", user)
-        return f'Thought: now add them.\nAction: calculator("{" + ".join(values)}")\nObservation:'
+        values = re.findall(rf"{OBSERVATION} (-?\d+)", user)
+        return f'Thought: now add them.\nAction: calculator("{" + ".join(values)}")\n{OBSERVATION}'
     return f"Thought: I have the sum.\nAction: Finish({_last_observation(user)})"
 
 
-def _keys(text: str) -> list[str]:
-    found = _KEYS.search(text)
-    return [k.strip() for k in found.group(1).split(",")] if found else []
-
-
 def _last_observation(text: str) -> str:
-    found = re.findall(r"Observation: (.*)", text)
+    found = re.findall(rf"{OBSERVATION} (.*)", text)
     return found[-1].strip() if found else "unknown"
 
 
@@ -165,4 +181,13 @@ def default_task(width: int = 5, problems: int = 3) -> SyntheticTask:
     return SyntheticTask(keys=keys, latencies=latencies)
 
 
-__all__ = ["SyntheticTask", "default_task", "fetch", "plan_text", "react_step", "value_of"]
+__all__ = [
+    "SyntheticTask",
+    "default_task",
+    "fetch",
+    "finish_text",
+    "plan_text",
+    "question",
+    "react_step",
+    "value_of",
+]

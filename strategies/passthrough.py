@@ -1,4 +1,6 @@
-"""The strategy behind a plain model name: the request's own messages (or prompt), sampled once.
+"""The strategy behind a plain model name in ``paragen serve``: the request's own messages (or
+prompt), sampled once (registered as ``passthrough``; without messages or a prompt, the question
+as one user message).
 
 With ``tools`` the request offers them to the backend and the reply may be its tool calls,
 passed on unchanged.
@@ -9,15 +11,11 @@ request is accounted, cancelled and streamed exactly as a strategy's run is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from paragen.context import RunContext
-from paragen.strategy import BaseStrategy, StrategyConfig
-from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, ToolOptions, Trace
-
-TextSink = Callable[[str], None]
-"""Receives the sample's text as it grows, piece by piece (for streaming it to the client)."""
+from paragen import BaseStrategy, RunContext, StrategyConfig
+from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, TextSink, ToolOptions, Trace
 
 
 class _Growing(Protocol):
@@ -33,13 +31,15 @@ class Passthrough(BaseStrategy[StrategyConfig]):
 
     def __init__(
         self,
+        config: StrategyConfig | None = None,
         *,
-        messages: tuple[ChatMessage, ...] | None = None,
+        messages: Sequence[ChatMessage] | None = None,
         prompt: str | None = None,
         on_text: TextSink | None = None,
         tools: ToolOptions | None = None,
+        **overrides: Any,
     ) -> None:
-        super().__init__()
+        super().__init__(config, **overrides)
         self.tools = tools
         self.messages = messages
         self.prompt = prompt
@@ -48,7 +48,10 @@ class Passthrough(BaseStrategy[StrategyConfig]):
         self._deltas_sent = 0  # deltas forwarded (the monitor reads only the new ones)
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
-        request = ctx.request(messages=self.messages, prompt=self.prompt)
+        messages = self.messages
+        if messages is None and self.prompt is None:
+            messages = [ChatMessage(role="user", content=problem.question)]
+        request = ctx.request(messages=messages, prompt=self.prompt)
         if self.tools is not None:
             request = request.model_copy(update={"tools": self.tools})
         if self.on_text is None:

@@ -1,6 +1,8 @@
-"""Majority vote over function calls: ``majority-N/MODEL`` on a request with ``tools``.
+"""Majority vote over function calls: what ``paragen serve`` runs for ``majority-N/MODEL`` on a
+request with ``tools`` (registered as ``tool_vote``).
 
-N samples of the client's own messages, each offered the tools, vote. A sample's ballot is
+N samples of the client's own messages (without them, the question as one user message), each
+offered the tools, vote. A sample's ballot is
 its tool calls (in order) or, if it made none, "text". The rule (``paragen.tool_vote``, or
 the server's ``--tool-vote``) says what makes two ballots the same:
 
@@ -18,18 +20,16 @@ result's ``details["tool_vote"]``, which serve puts in ``choices[i].paragen.vote
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
-from paragen.context import RunContext
-from paragen.strategy import BaseStrategy, StrategyConfig
-from paragen.tool_calls import arguments_of, name_of
-from paragen.types import ChatMessage, Problem, StrategyResult, ToolOptions, Trace
+from paragen import BaseStrategy, RunContext, StrategyConfig
+from paragen.types import ChatMessage, Problem, StrategyResult, ToolOptions, ToolVoteRule, Trace
 
-ToolVoteRule = Literal["name", "arguments", "hierarchical"]
 Key = tuple[Any, ...]
 
 
@@ -105,15 +105,15 @@ def _option(key: Key, count: int, with_arguments: bool) -> dict[str, Any]:
 class ToolVote(BaseStrategy[ToolVoteConfig]):
     """n samples of the client's messages with its tools; the vote's winner is the reply."""
 
-    name = "majority"
+    name = "majority"  # what the client asked for (majority-N/MODEL); registered as tool_vote
     Config = ToolVoteConfig
 
     def __init__(
         self,
         config: ToolVoteConfig | None = None,
         *,
-        messages: tuple[ChatMessage, ...],
-        tools: ToolOptions,
+        messages: Sequence[ChatMessage] | None = None,
+        tools: ToolOptions | None = None,
         **overrides: Any,
     ) -> None:
         super().__init__(config, **overrides)
@@ -123,7 +123,8 @@ class ToolVote(BaseStrategy[ToolVoteConfig]):
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         cfg = self.config
         params: dict[str, Any] = {} if cfg.temperature is None else {"temperature": cfg.temperature}
-        request = ctx.request(messages=self.messages, **params).model_copy(update={"tools": self.tools})
+        messages = self.messages or [ChatMessage(role="user", content=problem.question)]
+        request = ctx.request(messages=messages, **params).model_copy(update={"tools": self.tools})
         traces: list[Trace] = []
         async with ctx.fanout(request, n=cfg.n) as fan:
             async for trace in fan:
@@ -136,6 +137,23 @@ class ToolVote(BaseStrategy[ToolVoteConfig]):
         return result
 
 
+def name_of(call: dict[str, Any]) -> str:
+    return str((call.get("function") or {}).get("name", ""))
+
+
+def arguments_of(call: dict[str, Any]) -> str:
+    return canonical_arguments(str((call.get("function") or {}).get("arguments", "")))
+
+
+def canonical_arguments(arguments: str) -> str:
+    """The arguments as canonical JSON (keys sorted, no spaces); text that is not JSON, stripped."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments.strip()
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _answer(calls: list[dict[str, Any]] | None) -> str | None:
     """The winning calls in one line, as the run's answer: ``name(arguments)``, ``; ``-joined."""
     if not calls:
@@ -143,4 +161,4 @@ def _answer(calls: list[dict[str, Any]] | None) -> str | None:
     return "; ".join(f"{name_of(c)}({arguments_of(c)})" for c in calls)
 
 
-__all__ = ["ToolVote", "ToolVoteConfig", "ToolVoteRule", "vote"]
+__all__ = ["ToolVote", "ToolVoteConfig", "canonical_arguments", "vote"]
