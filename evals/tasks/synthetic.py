@@ -98,7 +98,7 @@ class SyntheticTask:
             return self.script(plan_text(keys))
         if OBSERVATION in stop:
             return self.script(react_step(keys, user))
-        return self.script(finish_text(keys))
+        return self.script(finish_text(_last_observation(user)))
 
     def _keys_asked(self, user: str) -> list[str]:
         """The keys of the task's own question that ``user`` holds (none when it holds none)."""
@@ -114,7 +114,7 @@ class SyntheticTask:
         fetched = [line_done[i] + self.latencies.get(k, 0.1) for i, k in enumerate(keys)]
         sum_done = max(line_done[len(keys)], *fetched)  # the calculator call is instant
         planner_end = self.first_delay + (len(tokenize(text.split(END_OF_PLAN)[0])) - 1) * self.token_delay
-        return max(sum_done, planner_end) + self._duration(finish_text(keys))
+        return max(sum_done, planner_end) + self._duration(finish_text(str(total(keys))))
 
     def _duration(self, text: str) -> float:
         from paragen.backends.scripted import tokenize
@@ -130,9 +130,10 @@ def total(keys: list[str]) -> int:
     return sum(value_of(k) for k in keys)
 
 
-def finish_text(keys: list[str]) -> str:
-    """The joiner's reply: the answer, from the task's own data."""
-    return f"Thought: the sum is computed.\nAction: Finish({total(keys)})"
+def finish_text(answer: str) -> str:
+    """The joiner's reply: the last observation it was shown (the calculator's sum, when every tool
+    call worked), so a plan that went wrong ends in a wrong answer."""
+    return f"Thought: the sum is computed.\nAction: Finish({answer})"
 
 
 def plan_text(keys: list[str]) -> str:
