@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paragen.engine.hogwild import SharedCache
+from paragen.engine.hogwild.session import SharedCache
+from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
-from paragen.engine.shared_types import SharedRow
 from paragen.types import SamplingParams
 
 TEXT = "The workers split the problem: one checks the arithmetic while the other plans the next step. "

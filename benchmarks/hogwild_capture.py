@@ -17,10 +17,10 @@ from typing import Any
 
 import anyio
 
-import paragen.engine.hogwild as hogwild
+import paragen.engine.hogwild.session as hogwild
 from paragen import Orchestrator, Problem, SamplingParams, build_strategy
 from paragen.backends.engine import EngineBackend
-from paragen.engine.shared_types import SharedSample
+from paragen.engine.hogwild.types import SharedSample
 from paragen.errors import EngineError
 
 QUESTION = "What is (347 * 29) + 1185 - 64?"

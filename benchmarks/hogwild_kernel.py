@@ -29,9 +29,9 @@ from collections.abc import Callable
 
 import torch
 
-from paragen.engine import fused
-from paragen.engine.shared_fused import shared_slot_plan
-from paragen.engine.shared_plan import RowPlan
+from paragen.engine.hogwild.fused_reads import shared_slot_plan
+from paragen.engine.hogwild.groups import RowPlan
+from paragen.engine.kernels import fused
 
 HEADS, KV_HEADS, HEAD_DIM, LAYERS, SESSIONS = 9, 3, 64, 30, 8
 PROMPT, OWN, ROUNDS = 400, 40, 5

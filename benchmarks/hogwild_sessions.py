@@ -26,7 +26,7 @@ import time
 import anyio
 
 from paragen.backends.engine import EngineBackend
-from paragen.engine.shared_types import SharedRow
+from paragen.engine.hogwild.types import SharedRow
 from paragen.types import SamplingParams
 
 PROMPT = "Two workers solve the problem together; each sees what the other writes as it writes it. " * 4

@@ -30,8 +30,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from paragen.engine.shared_types import SharedRow as SharedRow
-from paragen.engine.shared_types import SharedSample as SharedSample
+from paragen.engine.hogwild.types import SharedRow as SharedRow
+from paragen.engine.hogwild.types import SharedSample as SharedSample
 from paragen.errors import ConfigError
 from paragen.tool_calls import merge
 from paragen.types import Completion, Delta, GenerateRequest, SamplingParams, Usage

@@ -22,7 +22,7 @@ from paragen.types import Delta, GenerateRequest, SamplingParams, Usage
 
 if TYPE_CHECKING:
     from paragen.engine.async_engine import AsyncEngine, Request
-    from paragen.engine.hogwild import SharedCache
+    from paragen.engine.hogwild.session import SharedCache
     from paragen.engine.llm_engine import LLMEngine, StepOutput
     from paragen.engine.sequence import Sequence as EngineSeq
 
@@ -134,7 +134,7 @@ class EngineBackend:
         self, params: SamplingParams, *, num_workers: int
     ) -> AsyncIterator[EngineSharedSession]:
         """Hogwild! workers over one KV cache; leaving (however) frees every segment's blocks."""
-        from paragen.engine.hogwild import SharedCache
+        from paragen.engine.hogwild.session import SharedCache
 
         cache = SharedCache(self.engine, params, num_workers)
         session = EngineSharedSession(self.runtime, cache, self.engine.tokenizer)
@@ -281,7 +281,7 @@ class EngineSharedSession:
     async def forward(
         self, rows: Sequence[SharedRow], *, suppress_token_ids: Sequence[int] = (), greedy: bool = False
     ) -> list[SharedSample]:
-        from paragen.engine.hogwild import SharedForward, forward_together
+        from paragen.engine.hogwild.session import SharedForward, forward_together
 
         # Batched with the other sessions' passes waiting on the step thread: one forward for all.
         job = SharedForward(self.cache, list(rows), tuple(suppress_token_ids), greedy)

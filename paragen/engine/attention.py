@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from paragen.engine import fused
+from paragen.engine.kernels import fused
 
 if TYPE_CHECKING:
-    from paragen.engine.triton_plan import Plan
+    from paragen.engine.kernels.triton_plan import Plan
 
 SMALL_BATCH = 16  # decode batches up to this size compute attention in fp32 on CPU
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
-from paragen.engine import triton_attention
 from paragen.engine.attention import AttnMeta
+from paragen.engine.hogwild.groups import RowPlan, Tables, turned_back
+from paragen.engine.kernels import triton_attention
+from paragen.engine.kernels.triton_plan import Plan
 from paragen.engine.model import Model
-from paragen.engine.shared_plan import RowPlan, Tables, turned_back
-from paragen.engine.triton_plan import Plan
 
 MAX_TOKENS = 64
 BUCKET_KEYS = 512

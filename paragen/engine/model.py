@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from paragen.engine import triton_attention
 from paragen.engine.attention import (
     Attend,
     AttnMeta,
@@ -24,6 +23,7 @@ from paragen.engine.attention import (
     prefill_attention,
     rope_,
 )
+from paragen.engine.kernels import triton_attention
 from paragen.engine.loader import ModelConfig
 from paragen.errors import ConfigError
 

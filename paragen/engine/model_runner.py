@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from paragen.engine import cuda_graphs, fused, triton_attention
+from paragen.engine import cuda_graphs
 from paragen.engine.attention import AttnMeta
 from paragen.engine.cache import KVCache
+from paragen.engine.kernels import fused, triton_attention
 from paragen.engine.model import Model
 from paragen.engine.sampler import SampleBatch, Sampled, sample
 from paragen.engine.sequence import Sequence

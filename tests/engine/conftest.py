@@ -112,7 +112,8 @@ def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     two ways of reading a shifted segment, each where it alone is used and both in one pass: every
     shifted segment by a rotated query, segments under 4 tokens (the tests' headers) by rotated keys
     and the rest by rotated queries, every one by rotated keys."""
-    from paragen.engine import fused, shared_plan, triton_attention
+    from paragen.engine.hogwild import groups as shared_plan
+    from paragen.engine.kernels import fused, triton_attention
 
     if request.param in ("triton", "triton-eager"):  # on a CPU in Triton's interpreter (no graphs)
         if request.param == "triton-eager" and DEVICE == "cpu":
@@ -149,7 +150,7 @@ KERNEL_BUILDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 @pytest.fixture(params=list(KERNEL_BUILDS))
 def kernel_build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The fused kernel built as ``request.param`` says (its own library, beside the native one's)."""
-    from paragen.engine import fused
+    from paragen.engine.kernels import fused
 
     build, needs = KERNEL_BUILDS[request.param]
     if not set(needs) <= set(fused._cpu_flags().split()):

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from paragen.engine import fused
 from paragen.engine.attention import SMALL_BATCH, decode_attention, fused_decode_attention
 from paragen.engine.cache import KVCache
+from paragen.engine.kernels import fused
 from paragen.engine.model_runner import ModelRunner
 from paragen.engine.sequence import SeqParams, Sequence
 

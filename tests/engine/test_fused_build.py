@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from paragen.engine import fused
+from paragen.engine.kernels import fused
 
 CPU = torch.device("cpu")
 

@@ -10,9 +10,9 @@ import torch
 import transformers
 from transformers.models.llama.modeling_llama import rotate_half
 
-from paragen.engine.hogwild import SharedCache, SharedForward, forward_together
+from paragen.engine.hogwild.session import SharedCache, SharedForward, forward_together
+from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
-from paragen.engine.shared_types import SharedRow
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
 

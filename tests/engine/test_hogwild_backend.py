@@ -17,8 +17,8 @@ from paragen.backends.base import (
     generate,
 )
 from paragen.backends.engine import EngineBackend
-from paragen.engine import hogwild
-from paragen.engine.hogwild import SharedForward
+from paragen.engine.hogwild import session as hogwild
+from paragen.engine.hogwild.session import SharedForward
 from paragen.errors import EngineError
 from paragen.types import GenerateRequest, SamplingParams
 

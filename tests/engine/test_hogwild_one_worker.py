@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from paragen.engine import model_runner
-from paragen.engine.hogwild import SharedCache
+from paragen.engine.hogwild.session import SharedCache
+from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.sampler import SampleBatch, Sampled, sample
-from paragen.engine.shared_types import SharedRow
 from paragen.prompts import solve_messages
 from paragen.types import SamplingParams
 

@@ -22,9 +22,9 @@ from conftest import DEVICE
 from test_hogwild import Reference
 from transformers.models.llama.modeling_llama import rotate_half
 
-from paragen.engine.hogwild import SharedCache
+from paragen.engine.hogwild.session import SharedCache
+from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
-from paragen.engine.shared_types import SharedRow
 from paragen.types import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=64, temperature=0.0)

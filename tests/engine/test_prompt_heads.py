@@ -9,10 +9,10 @@ import pytest
 import torch
 from test_hogwild import Reference
 
-from paragen.engine import hogwild
-from paragen.engine.hogwild import SharedCache, SharedForward, forward_together
+from paragen.engine.hogwild import session as hogwild
+from paragen.engine.hogwild.session import SharedCache, SharedForward, forward_together
+from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
-from paragen.engine.shared_types import SharedRow
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
 

@@ -21,10 +21,13 @@ import pytest
 import torch
 from conftest import DEVICE
 
-from paragen.engine import fused, shared_attention, shared_fused, shared_plan
 from paragen.engine.attention import SMALL_BATCH
-from paragen.engine.shared_fused import fused_shared_attention
-from paragen.engine.shared_plan import RowPlan, build_group
+from paragen.engine.hogwild import fused_reads as shared_fused
+from paragen.engine.hogwild import groups as shared_plan
+from paragen.engine.hogwild import torch_attention as shared_attention
+from paragen.engine.hogwild.fused_reads import fused_shared_attention
+from paragen.engine.hogwild.groups import RowPlan, build_group
+from paragen.engine.kernels import fused
 
 HEADS, KV_HEADS, D, SLOTS, POSITIONS = 6, 2, 16, 4096, 2048
 SCALE = 0.25
@@ -243,7 +246,7 @@ def test_fused_session_classes_match_per_row_attention(dtype: torch.dtype, kerne
 @pytest.fixture
 def triton_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Triton kernel: compiled on CUDA, in Triton's interpreter on a CPU (conftest starts it)."""
-    from paragen.engine import triton_attention
+    from paragen.engine.kernels import triton_attention
 
     monkeypatch.setenv("PARAGEN_TRITON_ATTENTION", "interpret" if DEVICE == "cpu" else "1")
     if not triton_attention.enabled(torch.device(DEVICE), torch.float32):
@@ -253,7 +256,9 @@ def triton_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
 def check_triton(rows: list[RowPlan], kv: torch.Tensor, heads: int, split: int, padded: bool = False) -> None:
     """The Triton kernel over ``rows`` (a forward's rows, in order) against the float64 reference;
     ``padded``: through the plan a CUDA graph reads (cuda_graphs.py)."""
-    from paragen.engine import cuda_graphs, triton_attention, triton_tiling
+    from paragen.engine import cuda_graphs
+    from paragen.engine.hogwild import triton_reads as triton_tiling
+    from paragen.engine.kernels import triton_attention
 
     dtype, head_dim = kv.dtype, kv.shape[-1]
     qkv = torch.randn(sum(row.num_new for row in rows), heads + 2 * KV_HEADS, head_dim).to(dtype)
@@ -307,7 +312,7 @@ def test_triton_matches_per_row_attention(
 def test_triton_session_classes_match_per_row_attention(dtype: torch.dtype) -> None:
     """Sessions' one-token rows as one class each (1-12 workers: past 8 tokens a class is cut), each
     worker at shifts of its own, headers beside them, long prompts split across programs."""
-    from paragen.engine import triton_tiling
+    from paragen.engine.hogwild import triton_reads as triton_tiling
 
     rng = random.Random(11 + (dtype == torch.bfloat16))
     torch.manual_seed(11)

@@ -14,14 +14,15 @@ from functools import partial
 
 import torch
 
-from paragen.engine import cuda_graphs, fused, triton_attention
+from paragen.engine import cuda_graphs
 from paragen.engine.attention import Attend, AttnMeta
+from paragen.engine.hogwild.fused_reads import fused_shared_attention
+from paragen.engine.hogwild.groups import RowPlan, build_group
+from paragen.engine.hogwild.torch_attention import shared_attention
+from paragen.engine.kernels import fused, triton_attention
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.model_runner import ModelRunner
 from paragen.engine.sampler import SampleBatch, sample
-from paragen.engine.shared_attention import shared_attention
-from paragen.engine.shared_fused import fused_shared_attention
-from paragen.engine.shared_plan import RowPlan, build_group
 from paragen.types import SamplingParams
 
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import torch
 
 from paragen.engine.attention import Attend
-from paragen.engine.shared_plan import RowPlan, Tables, turned_back
-from paragen.engine.triton_plan import Plan
-from paragen.engine.triton_tiling import key_classes
+from paragen.engine.hogwild.groups import RowPlan, Tables, turned_back
+from paragen.engine.hogwild.triton_reads import key_classes
+from paragen.engine.kernels.triton_plan import Plan
 
 BLOCK_N = 64  # keys a tile
 # Splits are sized so a layer's programs (classes x KV heads x splits) fill the GPU about twice;
@@ -130,7 +130,7 @@ def decode_plan(tables: torch.Tensor, lengths: torch.Tensor, max_length: int, bl
 
 def attention(plan: Plan, *, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> Attend:
     """The layers' attention over ``plan`` (buffers and launch shapes set up once a forward)."""
-    from paragen.engine.triton_kernels import kernels
+    from paragen.engine.kernels.triton_kernels import kernels
 
     device = plan.class_start.device
     partial, combine = kernels()

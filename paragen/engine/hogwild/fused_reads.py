@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import torch
 
-from paragen.engine import fused
 from paragen.engine.attention import Attend
-from paragen.engine.shared_plan import RowPlan, Tables, turned_back
+from paragen.engine.hogwild.groups import RowPlan, Tables, turned_back
+from paragen.engine.kernels import fused
 
 Segment = tuple[int, int]  # a segment of a view by its first slot and its length
 

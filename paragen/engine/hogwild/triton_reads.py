@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paragen.engine.shared_plan import RowPlan
+from paragen.engine.hogwild.groups import RowPlan
 
 MAX_TOKENS = 8  # tokens of a class scored together (a larger class is cut into parts that share its keys)
 Segment = tuple[int, int]  # a segment by its first slot and its length

@@ -26,7 +26,7 @@ regions by how they are read:
   and layer) cost a 4-worker pass more than its matmuls.
 
 The gathered keys are laid out region by region, each one contiguous matrix per KV head and row
-or class (see :func:`paragen.engine.shared_plan._gather`), then one softmax over the whole view
+or class (see :func:`paragen.engine.hogwild.groups._gather`), then one softmax over the whole view
 and one value matmul per kind of region. Which slot goes to which region, and the batch's gather
 index, masks and rotations: ``shared_plan.py``.
 
@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 
 from paragen.engine.attention import Attend, in_fp32
-from paragen.engine.shared_plan import RowGroup, Shared
+from paragen.engine.hogwild.groups import RowGroup, Shared
 
 
 def _mask5(g: RowGroup) -> torch.Tensor:

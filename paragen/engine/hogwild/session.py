@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from paragen.engine.hogwild.forward import Draw, Placed, model_logits, sample_rows
+from paragen.engine.hogwild.groups import RowPlan, shift_tables
+from paragen.engine.hogwild.types import SharedRow, SharedSample
 from paragen.engine.llm_engine import LLMEngine, sample_seed
-from paragen.engine.shared_pass import Draw, Placed, model_logits, sample_rows
-from paragen.engine.shared_plan import RowPlan, shift_tables
-from paragen.engine.shared_types import SharedRow, SharedSample
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
 
