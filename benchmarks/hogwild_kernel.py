@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from paragen.engine.hogwild.fused_reads import shared_slot_plan
+from paragen.engine.hogwild.fused_reads import fused_reads
 from paragen.engine.hogwild.groups import RowPlan
 from paragen.engine.kernels import fused
 
@@ -54,10 +54,10 @@ def session_views(workers: int, view: int) -> list[RowPlan]:
     return rows
 
 
-def alone(plan: fused.SlotPlan) -> fused.SlotPlan:
-    """The same plan with every token its own class."""
-    each = torch.arange(len(plan.class_tokens) + 1, dtype=torch.int32)
-    return dataclasses.replace(plan, class_start=each, max_class=1)
+def alone(reads: fused.FusedReads) -> fused.FusedReads:
+    """The same reads with every token its own class."""
+    each = torch.arange(len(reads.class_tokens) + 1, dtype=torch.int32)
+    return dataclasses.replace(reads, class_start=each, max_class=1)
 
 
 def pass_ms(attend: Callable[[torch.Tensor], torch.Tensor], caches: list[torch.Tensor], cold: bool) -> float:
@@ -75,12 +75,13 @@ def measure(workers: int, view: int, dtype: torch.dtype) -> dict[str, float]:
     caches = [torch.randn(2 * KV_HEADS, SESSIONS * 3000, HEAD_DIM).to(dtype) for _ in range(LAYERS)]
     rows = session_views(workers, view)
     qkv = torch.randn(len(rows), HEADS + 2 * KV_HEADS, HEAD_DIM).to(dtype)
-    classes, rotations = shared_slot_plan(rows, (torch.randn(4096, HEAD_DIM), torch.randn(4096, HEAD_DIM)))
+    classes, rotations = fused_reads(rows, (torch.randn(4096, HEAD_DIM), torch.randn(4096, HEAD_DIM)))
 
-    def run(slot_plan: fused.SlotPlan) -> Callable[[torch.Tensor], torch.Tensor]:
-        return lambda kv: fused.attend(
-            kv, qkv, slot_plan, num_heads=HEADS, num_kv_heads=KV_HEADS, scale=0.125, rotations=rotations
+    def run(reads: fused.FusedReads) -> Callable[[torch.Tensor], torch.Tensor]:
+        layers = fused.attention(
+            reads, num_heads=HEADS, num_kv_heads=KV_HEADS, scale=0.125, rotations=rotations
         )
+        return lambda kv: layers(qkv, kv)
 
     shared, single = run(classes), run(alone(classes))
     for kv in caches:  # warm up, and the kernel built

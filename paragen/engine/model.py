@@ -19,11 +19,10 @@ from paragen.engine.attention import (
     Attend,
     AttnMeta,
     decode_attention,
-    fused_decode_attention,
     prefill_attention,
     rope_,
 )
-from paragen.engine.kernels import triton_attention
+from paragen.engine.kernels import fused, triton_attention
 from paragen.engine.loader import ModelConfig
 from paragen.errors import ConfigError
 
@@ -164,9 +163,12 @@ class Model:
                 head_dim=self.head_dim,
                 scale=self.attn_scale,
             )
-        elif meta.slot_plan is not None:
-            attend = fused_decode_attention(
-                meta, num_heads=self.num_heads, num_kv_heads=self.cfg.num_kv_heads, scale=self.attn_scale
+        elif meta.fused_reads is not None:  # the queries come rotated at their positions
+            attend = fused.attention(
+                meta.fused_reads,
+                num_heads=self.num_heads,
+                num_kv_heads=self.cfg.num_kv_heads,
+                scale=self.attn_scale,
             )
         else:
             attend = decode_attention(

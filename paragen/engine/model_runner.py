@@ -60,8 +60,8 @@ class ModelRunner:
             plan = triton_attention.decode_plan(tables, lengths, max(positions) + 1, bs)
             return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), triton_plan=plan)
         if fused.enabled(self.device, self.cache.kv.dtype):  # on the CPU: tables are host tensors
-            slot_plan = fused.decode_plan(tables, lengths, bs)
-            return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), slot_plan=slot_plan)
+            reads = fused.decode_reads(tables, lengths, bs)
+            return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), fused_reads=reads)
         heads = torch.arange(self.num_kv_rows, device=self.device).unsqueeze(1) * self.cache.num_blocks
         gather = (heads + tables.view(1, -1)).view(-1)
         context = num_blocks * bs

@@ -150,16 +150,16 @@ KERNEL_BUILDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 @pytest.fixture(params=list(KERNEL_BUILDS))
 def kernel_build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The fused kernel built as ``request.param`` says (its own library, beside the native one's)."""
-    from paragen.engine.kernels import fused
+    from paragen.engine.kernels import fused_library
 
     build, needs = KERNEL_BUILDS[request.param]
-    if not set(needs) <= set(fused._cpu_flags().split()):
+    if not set(needs) <= set(fused_library.cpu_flags().split()):
         pytest.skip(
             f"the {request.param} build is not distinct from the native one on this CPU, or cannot run"
         )
-    rest = tuple(flag for flag in fused._FLAGS if not flag.startswith("-march"))
-    monkeypatch.setattr(fused, "_FLAGS", (*build, *rest))
+    rest = tuple(flag for flag in fused_library._FLAGS if not flag.startswith("-march"))
+    monkeypatch.setattr(fused_library, "_FLAGS", (*build, *rest))
     monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1")
-    fused._kernel.cache_clear()
+    fused_library.kernel.cache_clear()
     yield request.param
-    fused._kernel.cache_clear()
+    fused_library.kernel.cache_clear()

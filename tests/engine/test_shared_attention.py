@@ -16,6 +16,7 @@ own segment hidden).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ from paragen.engine.attention import SMALL_BATCH
 from paragen.engine.hogwild import fused_reads as shared_fused
 from paragen.engine.hogwild import groups as shared_plan
 from paragen.engine.hogwild import torch_attention as shared_attention
-from paragen.engine.hogwild.fused_reads import fused_shared_attention
+from paragen.engine.hogwild.fused_reads import fused_reads
 from paragen.engine.hogwild.groups import RowPlan, build_group
 from paragen.engine.kernels import fused
 
@@ -51,6 +52,16 @@ def rotate(x: torch.Tensor, position: int) -> torch.Tensor:
     cos, sin = angle.cos().repeat(2), angle.sin().repeat(2)
     x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def fused_attention(
+    rows: list[RowPlan], rotation_tables: tuple[torch.Tensor, torch.Tensor], *, num_heads: int
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The fused kernel's attention over the rows, as the engine's forward builds it."""
+    reads, rotations = fused_reads(rows, rotation_tables)
+    return fused.attention(
+        reads, num_heads=num_heads, num_kv_heads=KV_HEADS, scale=SCALE, rotations=rotations
+    )
 
 
 def random_rows(
@@ -179,9 +190,7 @@ def test_fused_matches_per_row_attention(
         rng.shuffle(free)
         rows = random_rows(rng, num_new, free, rng.randint(1, 9), (1, 3))
         qkv = torch.randn(len(rows) * num_new, heads + 2 * KV_HEADS, head_dim).to(dtype)
-        attend = fused_shared_attention(
-            rows, tables(head_dim), num_heads=heads, num_kv_heads=KV_HEADS, scale=SCALE
-        )
+        attend = fused_attention(rows, tables(head_dim), num_heads=heads)
         got = attend(qkv, kv).float().view(len(rows), num_new, -1)
         for i, row in enumerate(rows):
             want = reference(row, qkv[i * num_new : (i + 1) * num_new, :heads], kv).float()
@@ -232,7 +241,7 @@ def test_fused_session_classes_match_per_row_attention(dtype: torch.dtype, kerne
         num_new = [row.num_new for row in rows]
         qkv = torch.randn(sum(num_new), HEADS + 2 * KV_HEADS, 64).to(dtype)
         largest = max(largest, *(len(c.tokens) for c in shared_fused._classes(rows)[0]))
-        attend = fused_shared_attention(rows, tables(64), num_heads=HEADS, num_kv_heads=KV_HEADS, scale=SCALE)
+        attend = fused_attention(rows, tables(64), num_heads=HEADS)
         got = attend(qkv, kv).float()
         at = 0
         for i, row in enumerate(rows):

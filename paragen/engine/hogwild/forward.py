@@ -16,7 +16,7 @@ import torch
 
 from paragen.engine import cuda_graphs
 from paragen.engine.attention import Attend, AttnMeta
-from paragen.engine.hogwild.fused_reads import fused_shared_attention
+from paragen.engine.hogwild.fused_reads import fused_reads
 from paragen.engine.hogwild.groups import RowPlan, build_group
 from paragen.engine.hogwild.torch_attention import shared_attention
 from paragen.engine.kernels import fused, triton_attention
@@ -77,12 +77,13 @@ def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Atte
             scale=model.attn_scale,
         )
     if fused.enabled(model.device, cache.kv.dtype):  # the same test as the plain decode's
-        return fused_shared_attention(
-            plans,
-            tables,
+        reads, rotations = fused_reads(plans, tables)
+        return fused.attention(
+            reads,
             num_heads=model.num_heads,
             num_kv_heads=model.cfg.num_kv_heads,
             scale=model.attn_scale,
+            rotations=rotations,
         )
     build = partial(build_group, num_slots=cache.num_blocks * cache.block_size, num_kv_rows=cache.kv.shape[1])
     groups = []

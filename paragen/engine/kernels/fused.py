@@ -5,80 +5,44 @@ score them in batched matmuls padded to the longest row: a dozen operators and a
 the context per layer. The kernel reads each key and value where it lies, with no padding, sums in
 fp32: one call per layer. Each key is scored by a query of its own choosing (``key_query``), which
 is how a Hogwild! view's segments, stored at their own positions, are read at shifts of their own
-(one rotated query per shift: ``shared_fused.py``). Tokens that read one list of keys form a class
-(``KeyClass``: a Hogwild! session's workers), whose keys the kernel's AVX512-BF16 path loads once
-for all of them.
+(one rotated query per shift: ``hogwild/fused_reads.py``). Tokens that read one list of keys form a
+class (``KeyClass``: a Hogwild! session's workers), whose keys the kernel's AVX512-BF16 path loads
+once for all of them.
 
-The source is compiled on first use, on the machine that runs it (``-march=native``), into
-``cache_dir()/kernels`` (or a fresh private temporary folder when that is not ours to write) and
-loaded with ctypes. Without a C compiler, or with ``PARAGEN_FUSED_ATTENTION=0``, the engine keeps
-its torch attentions (also the only ones on CUDA).
+What a forward's tokens read is the same for every layer (``FusedReads``): ``attention`` puts it
+into the kernel's one argument (``fused_library.Layer``) once per forward, and each layer sets only
+its cache, queries and output. Without a C compiler (``fused_library.py``), or with
+``PARAGEN_FUSED_ATTENTION=0``, the engine keeps its torch attentions (also the only ones on CUDA).
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
 import itertools
-import logging
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import torch
 
-from paragen.engine.loader import cache_dir
+from paragen.engine.kernels.fused_library import Kernel, Layer, kernel
 
-log = logging.getLogger("paragen.engine")
-
-SOURCE = Path(__file__).with_name("paged_attention.c")
-_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
-_LIBS = ("-lmvec", "-lm")  # the vectorised expf that -ffast-math -fopenmp calls lives in libmvec
 _DTYPES = (torch.float32, torch.bfloat16)  # of the cache and of the activations
-_P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
-# kv, kv_bf16, num_slots, num_kv_heads, group, head_dim, scale, qkv, qkv_bf16, qkv_row, rot_cos, rot_sin,
-# key_slots, key_query, key_start, key_count, choice_start, query_base, query_count, class_tokens,
-# class_start, num_classes, max_count, max_queries, max_class, num_threads, out, out_bf16 (see
-# paged_attention.c)
-_ARGTYPES: list[Any] = [
-    _P,
-    _I,
-    _L,
-    _I,
-    _I,
-    _I,
-    ctypes.c_float,
-    _P,
-    _I,
-    _L,
-    _P,
-    _P,
-    *[_P] * 9,
-    *[_I] * 5,
-    _P,
-    _I,
-]
 # Tokens of one list attended together at most (a class's scratch and a thread's share of the work).
 MAX_CLASS = 8
+LayerAttention = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (qkv, this layer's cache) -> [T, q*D]
 
 
 def enabled(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the engine's attention on this device and dtype goes through the kernel."""
     if device.type != "cpu" or dtype not in _DTYPES or os.environ.get("PARAGEN_FUSED_ATTENTION") == "0":
         return False
-    return _kernel() is not None
+    return kernel() is not None
 
 
 @dataclass(frozen=True, slots=True)
-class SlotPlan:
+class FusedReads:
     """What each query token of a forward reads (int32, on the CPU), the same for every layer."""
 
     key_slots: torch.Tensor  # [K]: every class's keys, class after class
@@ -109,9 +73,10 @@ class KeyClass:
     num_queries: list[int]  # per token: its rotations
 
 
-def plan(classes: list[KeyClass], num_tokens: int) -> SlotPlan:
-    """The forward's plan (arrays joined in C: a 4-worker eval's pass holds ~32k choices, which Python
-    lists took 3-4 ms a pass to gather). A class of more than MAX_CLASS tokens is attended in parts."""
+def class_reads(classes: list[KeyClass], num_tokens: int) -> FusedReads:
+    """What the classes' tokens read, as the kernel takes it. The arrays are joined by ``array`` (in C:
+    a 4-worker eval's pass holds ~32k choices, too many to gather through Python lists every pass).
+    A class of more than MAX_CLASS tokens is attended in parts."""
     per_token = {name: [0] * num_tokens for name in ("start", "count", "choice", "base", "queries")}
     order: list[int] = []
     class_start = [0]
@@ -135,7 +100,7 @@ def plan(classes: list[KeyClass], num_tokens: int) -> SlotPlan:
             class_start.append(len(order) - len(key_class.tokens) + first)
         class_start.append(len(order))
         at += len(key_class.slots)
-    return SlotPlan(
+    return FusedReads(
         key_slots=_joined(c.slots for c in classes),
         key_query=_joined(choices),
         key_start=_ints(per_token["start"]),
@@ -158,14 +123,14 @@ def _joined(parts: Iterable[array[int]]) -> torch.Tensor:
     return torch.frombuffer(joined, dtype=torch.int32) if joined else torch.zeros(0, dtype=torch.int32)
 
 
-def decode_plan(tables: torch.Tensor, lengths: torch.Tensor, block_size: int) -> SlotPlan:
-    """A plain decode's plan: row r reads its first ``lengths[r]`` slots through its block table
+def decode_reads(tables: torch.Tensor, lengths: torch.Tensor, block_size: int) -> FusedReads:
+    """What a plain decode reads: row r reads its first ``lengths[r]`` slots through its block table
     (``tables`` [B, blocks], padded with any block), with its one query (rotated already)."""
     every = (tables.unsqueeze(2) * block_size + torch.arange(block_size)).view(len(tables), -1)
     slots = every[torch.arange(every.shape[1]) < lengths.unsqueeze(1)]  # row after row
     counts = lengths.to(torch.int32)
     rows = torch.arange(len(tables), dtype=torch.int32)
-    return SlotPlan(
+    return FusedReads(
         key_slots=slots.to(torch.int32),
         key_query=None,
         key_start=(torch.cumsum(counts, 0) - counts).to(torch.int32),
@@ -185,128 +150,73 @@ def _ints(values: list[int]) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32)
 
 
-def attend(
-    kv: torch.Tensor,
-    qkv: torch.Tensor,
-    slot_plan: SlotPlan,
+def attention(
+    reads: FusedReads,
     *,
     num_heads: int,
     num_kv_heads: int,
     scale: float,
     rotations: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """[T, heads * D] in ``qkv``'s dtype: each token's attention over its keys in this layer's cache.
+) -> LayerAttention:
+    """Each layer's attention over ``reads`` (the kernel's argument filled once; a layer sets its tensors).
 
-    ``qkv`` [T, heads + 2 * kv_heads, D] (token t's raw query: its first ``heads`` rows); ``kv``
-    [2 * kv_heads, slots, D]; ``rotations``: cos and signed-sin rows [N, D] fp32 that turn the
-    queries (token t's r-th: row ``query_base[t] + r``), or None when they come rotated.
+    A layer's call takes ``qkv`` [T, heads + 2 * kv_heads, D] (token t's raw query: its first
+    ``heads`` rows) and ``kv`` [2 * kv_heads, slots, D], and returns [T, heads * D] in ``qkv``'s dtype.
+    ``rotations``: cos and signed-sin rows [N, D] fp32 that turn the queries (token t's r-th: row
+    ``query_base[t] + r``), or None when they come rotated.
     """
-    kernel = _kernel()
-    assert kernel is not None and kv.is_contiguous() and qkv.is_contiguous()
-    num_tokens, head_dim = len(slot_plan.key_count), qkv.shape[-1]
-    out = torch.empty(num_tokens, num_heads * head_dim, dtype=qkv.dtype)
-    cos, sin = (None, None) if rotations is None else (rotations[0].data_ptr(), rotations[1].data_ptr())
-    status = kernel(
-        kv.data_ptr(),
-        kv.dtype == torch.bfloat16,
-        kv.shape[1],
-        num_kv_heads,
-        num_heads // num_kv_heads,
-        head_dim,
-        scale,
-        qkv.data_ptr(),
-        qkv.dtype == torch.bfloat16,
-        qkv.shape[1] * head_dim,
-        cos,
-        sin,
-        slot_plan.key_slots.data_ptr(),
-        None if slot_plan.key_query is None else slot_plan.key_query.data_ptr(),
-        slot_plan.key_start.data_ptr(),
-        slot_plan.key_count.data_ptr(),
-        slot_plan.choice_start.data_ptr(),
-        slot_plan.query_base.data_ptr(),
-        slot_plan.query_count.data_ptr(),
-        slot_plan.class_tokens.data_ptr(),
-        slot_plan.class_start.data_ptr(),
-        len(slot_plan.class_start) - 1,
-        slot_plan.max_count,
-        slot_plan.max_queries,
-        slot_plan.max_class,
-        torch.get_num_threads(),
-        out.data_ptr(),
-        out.dtype == torch.bfloat16,
-    )
-    if status != 0:
-        raise MemoryError("the fused attention could not allocate its scratch")
-    return out
+    run = kernel()
+    assert run is not None
+    return _Layers(run, reads, rotations, num_heads=num_heads, num_kv_heads=num_kv_heads, scale=scale)
 
 
-@functools.cache
-def _kernel() -> Callable[..., int] | None:
-    """The compiled kernel, built once per process; None (logged once) where it cannot be built."""
-    compiler = shutil.which(os.environ.get("CC") or "gcc") or shutil.which("cc")
-    if compiler is None:
-        log.warning("no C compiler found: the engine keeps its torch attention (slower on a CPU)")
-        return None
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join((*_FLAGS, *_LIBS, platform.machine(), _cpu_flags())).encode())
-    name = f"paged_attention-{key.hexdigest()[:16]}.so"
-    folder = _own_folder(cache_dir() / "kernels")
-    try:
-        if folder is not None:
-            function = _load(compiler, folder, name)
-        else:  # a fresh folder of this process's own, removed once loaded (the library stays mapped)
-            with tempfile.TemporaryDirectory(prefix="paragen-kernels-") as private:
-                function = _load(compiler, Path(private), name)
-    except OSError as exc:
-        log.warning("the fused attention could not be loaded (%s): the engine keeps its torch attention", exc)
-        return None
-    if function is None:
-        return None
-    function.argtypes = _ARGTYPES
-    function.restype = ctypes.c_int
-    kernel: Callable[..., int] = function
-    return kernel
+class _Layers:
+    """``attention``'s function. It holds ``reads`` and ``rotations``: the argument points into them."""
 
+    def __init__(
+        self,
+        run: Kernel,
+        reads: FusedReads,
+        rotations: tuple[torch.Tensor, torch.Tensor] | None,
+        *,
+        num_heads: int,
+        num_kv_heads: int,
+        scale: float,
+    ) -> None:
+        self.run, self.reads, self.rotations, self.num_heads = run, reads, rotations, num_heads
+        self.layer = Layer(
+            num_kv_heads=num_kv_heads,
+            group=num_heads // num_kv_heads,
+            scale=scale,
+            rot_cos=None if rotations is None else rotations[0].data_ptr(),
+            rot_sin=None if rotations is None else rotations[1].data_ptr(),
+            key_slots=reads.key_slots.data_ptr(),
+            key_query=None if reads.key_query is None else reads.key_query.data_ptr(),
+            key_start=reads.key_start.data_ptr(),
+            key_count=reads.key_count.data_ptr(),
+            choice_start=reads.choice_start.data_ptr(),
+            query_base=reads.query_base.data_ptr(),
+            query_count=reads.query_count.data_ptr(),
+            class_tokens=reads.class_tokens.data_ptr(),
+            class_start=reads.class_start.data_ptr(),
+            num_classes=len(reads.class_start) - 1,
+            max_count=reads.max_count,
+            max_queries=reads.max_queries,
+            max_class=reads.max_class,
+            num_threads=torch.get_num_threads(),
+        )
+        self.argument = ctypes.byref(self.layer)
 
-def _load(compiler: str, folder: Path, name: str) -> Any:
-    """The kernel's function from the library in ``folder`` (built there if need be), or None."""
-    path = _built(compiler, folder, name)
-    return None if path is None else ctypes.CDLL(str(path)).paged_attention
-
-
-def _own_folder(folder: Path) -> Path | None:
-    """``folder``, created if need be, when this user owns it and nobody else may write it."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        info = folder.stat()
-    except OSError:
-        return None
-    return folder if info.st_uid == os.getuid() and not info.st_mode & 0o022 else None
-
-
-def _built(compiler: str, folder: Path, name: str) -> Path | None:
-    """The library in ``folder``, compiled there first unless it is already (written whole, renamed)."""
-    path = folder / name
-    if path.exists():
-        return path
-    partial = folder / f".{name}.{os.getpid()}.tmp"
-    command = [compiler, *_FLAGS, str(SOURCE), "-o", str(partial), *_LIBS]
-    try:
-        subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
-        os.replace(partial, path)
-    except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", "") or exc
-        log.warning("the fused attention did not compile (%s): the engine keeps its torch attention", detail)
-        partial.unlink(missing_ok=True)
-        return None
-    return path
-
-
-def _cpu_flags() -> str:
-    """What -march=native depends on: a library built on one CPU is not loaded on another."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-    return next((line for line in info.splitlines() if line.startswith("flags")), "")
+    def __call__(self, qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        assert kv.is_contiguous() and qkv.is_contiguous()
+        head_dim = qkv.shape[-1]
+        out = torch.empty(len(self.reads.key_count), self.num_heads * head_dim, dtype=qkv.dtype)
+        layer = self.layer
+        layer.kv, layer.num_slots, layer.kv_bf16 = kv.data_ptr(), kv.shape[1], kv.dtype == torch.bfloat16
+        layer.qkv, layer.qkv_row = qkv.data_ptr(), qkv.shape[1] * head_dim
+        layer.qkv_bf16 = qkv.dtype == torch.bfloat16
+        layer.out, layer.out_bf16 = out.data_ptr(), out.dtype == torch.bfloat16
+        layer.head_dim = head_dim
+        if self.run(self.argument) != 0:
+            raise MemoryError("the fused attention could not allocate its scratch")
+        return out
