@@ -2,10 +2,10 @@
 
 A 4-worker eval's pass reads 8 sessions' views of ~1,100 slots each (prompt, history, the workers'
 current steps), and every worker of a session reads the same slots, each in its own order and at its
-own shifts. ``shared_fused.py`` gives those rows one list of keys (a class), so the kernel loads each
-key from memory once for all of them; this times a pass's attention (one call per layer, 30 layers)
-with the classes as built, and with every row its own class (each worker reading the keys again, as
-before the classes), in one process, alternating. A class of one token is summed as a plain decode
+own shifts. ``paragen/engine/hogwild/fused_reads.py`` gives those rows one list of keys (a class),
+so the kernel loads each key from memory once for all of them; this times a pass's attention (one
+call per layer, 30 layers) with the classes as built, and with every row its own class (each worker
+reading the keys again), in one process, alternating. A class of one token is summed as a plain decode
 row is (fp32 probabilities, libm's exp, scored alone), so the ratio holds what a class of several
 gains from its cheaper sums as well as from loading each key once.
 
@@ -30,14 +30,14 @@ from collections.abc import Callable
 import torch
 
 from paragen.engine.hogwild.fused_reads import fused_reads
-from paragen.engine.hogwild.groups import RowPlan
+from paragen.engine.hogwild.view import RowView
 from paragen.engine.kernels import fused
 
 HEADS, KV_HEADS, HEAD_DIM, LAYERS, SESSIONS = 9, 3, 64, 30, 8
 PROMPT, OWN, ROUNDS = 400, 40, 5
 
 
-def session_views(workers: int, view: int) -> list[RowPlan]:
+def session_views(workers: int, view: int) -> list[RowView]:
     """Each session: a prompt, a history, and every worker's current step; worker w's view holds them
     all, the others' steps in order and its own last, each segment at a shift of its own."""
     rows = []
@@ -50,7 +50,7 @@ def session_views(workers: int, view: int) -> list[RowPlan]:
             others = [v for v in range(workers) if v != w]
             segments = [prompt, history, *(steps[v] for v in others), steps[w]]
             shifts = [0, 7, *(13 + v for v in others), 50 + w]
-            rows.append(RowPlan(segments, shifts, 1, view - 1))
+            rows.append(RowView(segments, shifts, 1, view - 1))
     return rows
 
 

@@ -145,7 +145,7 @@ class Model:
     ) -> torch.Tensor:
         """Hidden states [T, hidden] after the final norm; writes this step's K/V into the cache.
 
-        ``shared`` is a shared-cache attention (``shared_attention.py``): it rotates the queries
+        ``shared`` is a Hogwild! session's attention (``hogwild/forward.py``): it rotates the queries
         itself, per segment of each view, so here only the keys are rotated (at ``pos``).
         """
         x = F.embedding(ids, self.embed)
@@ -155,9 +155,9 @@ class Model:
             attend, rope_from = shared, self.num_heads
         elif meta.is_prefill:
             attend = prefill_attention(self.num_heads, self.attn_scale, meta)
-        elif meta.triton_plan is not None:
+        elif meta.triton_reads is not None:
             attend = triton_attention.attention(
-                meta.triton_plan,
+                meta.triton_reads,
                 num_heads=self.num_heads,
                 num_kv_heads=self.cfg.num_kv_heads,
                 head_dim=self.head_dim,
@@ -227,7 +227,7 @@ def _packed_linear() -> Linear:
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    """oneDNN's prepacked bf16 weights: a small-batch CPU matmul streams them about 1.5-2x faster."""
+    """oneDNN's prepacked bf16 weights: a small-batch CPU matmul streams them faster."""
     has_op = hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
     has_mkldnn: bool = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
     # oneDNN refuses to pack bf16 weights without AVX-512 (bw, vl, dq): an AVX2-only CPU raises.

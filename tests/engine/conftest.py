@@ -112,7 +112,7 @@ def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     two ways of reading a shifted segment, each where it alone is used and both in one pass: every
     shifted segment by a rotated query, segments under 4 tokens (the tests' headers) by rotated keys
     and the rest by rotated queries, every one by rotated keys."""
-    from paragen.engine.hogwild import groups as shared_plan
+    from paragen.engine.hogwild import layout
     from paragen.engine.kernels import fused, triton_attention
 
     if request.param in ("triton", "triton-eager"):  # on a CPU in Triton's interpreter (no graphs)
@@ -133,7 +133,7 @@ def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
             pytest.skip("the fused attention runs on a CPU with a C compiler only")
         return
     monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "0")
-    monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", request.param)
+    monkeypatch.setattr(layout, "SHORT_SEGMENT", request.param)
 
 
 # The fused kernel's paths by what the CPU has: built for this CPU (with AVX512-BF16: the bf16

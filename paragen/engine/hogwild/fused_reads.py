@@ -20,13 +20,13 @@ from collections.abc import Sequence
 
 import torch
 
-from paragen.engine.hogwild.groups import RowPlan, Tables, turned_back
+from paragen.engine.hogwild.view import RowView, Tables, turned_back
 from paragen.engine.kernels import fused
 
 Segment = tuple[int, int]  # a segment of a view by its first slot and its length
 
 
-def fused_reads(rows: list[RowPlan], tables: Tables) -> tuple[fused.FusedReads, Tables]:
+def fused_reads(rows: list[RowView], tables: Tables) -> tuple[fused.FusedReads, Tables]:
     """What the rows read (they come in this order, their tokens in that order), and the cos/sin rows
     of their rotations: ``fused.attention``'s arguments."""
     classes, positions, shifts = _classes(rows)
@@ -35,14 +35,14 @@ def fused_reads(rows: list[RowPlan], tables: Tables) -> tuple[fused.FusedReads, 
     return reads, (cos.cpu().contiguous(), sin.cpu().contiguous())
 
 
-def _classes(plans: list[RowPlan]) -> tuple[list[fused.KeyClass], list[int], list[int]]:
+def _classes(rows: list[RowView]) -> tuple[list[fused.KeyClass], list[int], list[int]]:
     """The forward's key classes, and per rotation its token's view position and its shift."""
     classes: list[fused.KeyClass] = []
     shared: dict[tuple[Segment, ...], tuple[fused.KeyClass, dict[Segment, Sequence[int]]]] = {}
     positions: list[int] = []
     shifts: list[int] = []
     token = 0
-    for row in plans:
+    for row in rows:
         distinct = sorted(set(row.shifts))
         index = {shift: i for i, shift in enumerate(distinct)}
         base = len(positions)
@@ -83,7 +83,7 @@ def _choices(canonical: dict[Segment, Sequence[int]], rotation: dict[Segment, in
 
 
 def _own_class(
-    row: RowPlan, index: dict[int, int], token: int, base: int, num_queries: int
+    row: RowView, index: dict[int, int], token: int, base: int, num_queries: int
 ) -> fused.KeyClass:
     """A class of the row's tokens: its view's slots in view order, token k reading all but the last
     ``num_new - 1 - k`` (the own segment's later new tokens)."""

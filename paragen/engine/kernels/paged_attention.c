@@ -495,7 +495,7 @@ static inline __attribute__((always_inline)) void sum_paired(const Unit *units, 
 /* The value sums of a class of one token (every plain decode row, and so ``workers=1``): values
  * widened to fp32 (the permuted order of ``widen``: even dimensions, then odd) and summed with fp32
  * probabilities. Kept apart from sum_paired so that one worker decodes exactly as the plain decode
- * (greedy text drifted within ~35 tokens with bf16 probabilities: tests/strategies/test_hogwild_engine.py). */
+ * (with bf16 probabilities its greedy text drifts from the plain decode's: tests/strategies/test_hogwild_engine.py). */
 static inline __attribute__((always_inline)) void sum_widened(const Unit *units, const int32_t *slots,
                                                               const uint16_t *values, int32_t most, __m512 *widened,
                                                               const float *scores, float *sums, size_t score_len,
