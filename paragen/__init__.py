@@ -21,7 +21,7 @@ from paragen.fanout import Fanout
 from paragen.live import LiveSample, Monitor
 from paragen.orchestrator import Orchestrator
 from paragen.scoring import Scorer, ScoreRequest, Scorers, StepScores
-from paragen.shared import SharedWorkers
+from paragen.shared import RunSharedSession
 from paragen.strategy import BaseStrategy, Strategy, StrategyConfig, build_strategy, parallel_samples
 from paragen.types import (
     ChatMessage,
@@ -61,6 +61,7 @@ __all__ = [
     "PluginNotFoundError",
     "Problem",
     "RunContext",
+    "RunSharedSession",
     "RunUsage",
     "SamplingParams",
     "ScoreRequest",
@@ -68,7 +69,6 @@ __all__ = [
     "Scorers",
     "SharedRow",
     "SharedSample",
-    "SharedWorkers",
     "StepScores",
     "Strategy",
     "StrategyConfig",

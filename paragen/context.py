@@ -45,7 +45,7 @@ from paragen.scoring.pool import LLM_VERIFIER, Scorers
 from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
 
 if TYPE_CHECKING:
-    from paragen.shared import SharedWorkers
+    from paragen.shared import RunSharedSession
 
 CONTINUATION_HINT = (
     "use the engine, vLLM, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)"
@@ -188,13 +188,13 @@ class RunContext:
         """
         return ChildTasks()
 
-    def shared_workers(
+    def shared_session(
         self, num_workers: int, *, names: Sequence[str] = (), **params: Any
-    ) -> AbstractAsyncContextManager[SharedWorkers]:
+    ) -> AbstractAsyncContextManager[RunSharedSession]:
         """Hogwild! workers over one shared KV cache (``capabilities.shared_cache``); see paragen.shared."""
-        from paragen.shared import open_shared_workers
+        from paragen.shared import open_shared_session
 
-        return open_shared_workers(self._account, self.defaults, num_workers, names, params)
+        return open_shared_session(self._account, self.defaults, num_workers, names, params)
 
     def emit_worker_text(self, trace_id: int, worker: int, name: str, text: str) -> None:
         """Send new text of one of several cooperating workers (a WorkerText event) to the listeners."""

@@ -1,7 +1,7 @@
-"""Workers over one shared KV cache (Hogwild!), seen through the run's accounting.
+"""A shared session (Hogwild!: workers over one shared KV cache), seen through the run's accounting.
 
-``RunContext.shared_workers(n)`` opens the backend's :class:`SharedCacheSession` and hands the
-strategy a :class:`SharedWorkers`: the session's forward pass, plus what every sample of a run
+``RunContext.shared_session(n)`` opens the backend's :class:`SharedSession` and hands the
+strategy a :class:`RunSharedSession`: the session's forward pass, plus what every sample of a run
 gets elsewhere from the fan-out:
 
 - one :class:`~paragen.types.Trace` per worker, with the worker's text (what it generated and
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from paragen.backends.base import SharedCacheBackend, SharedCacheSession, SharedRow, SharedSample
+from paragen.backends.base import SharedRow, SharedSample, SharedSession, SharedSessionBackend
 from paragen.errors import BackendError, BudgetExceededError, ConfigError
 from paragen.events import WorkerText
 from paragen.live import LiveSample
@@ -74,11 +74,12 @@ class _Worker:
         self.last_sample = -1
 
 
-class SharedWorkers:
-    """A shared-cache session with per-worker traces, budget charging, cancellation and events."""
+class RunSharedSession:
+    """The run's side of a shared session: the backend's ``SharedSession`` with per-worker traces,
+    budget charging, cancellation and events."""
 
     def __init__(
-        self, account: Account, session: SharedCacheSession, names: Sequence[str], scope: anyio.CancelScope
+        self, account: Account, session: SharedSession, names: Sequence[str], scope: anyio.CancelScope
     ) -> None:
         self._account = account
         self._session = session
@@ -281,12 +282,12 @@ def _finish(reason: str) -> FinishReason:
 
 
 @asynccontextmanager
-async def open_shared_workers(
+async def open_shared_session(
     account: Account, defaults: SamplingParams, num_workers: int, names: Sequence[str], params: dict[str, Any]
-) -> AsyncIterator[SharedWorkers]:
-    """See :meth:`RunContext.shared_workers`."""
+) -> AsyncIterator[RunSharedSession]:
+    """See :meth:`RunContext.shared_session`."""
     backend = account.backend
-    if not backend.capabilities.shared_cache or not isinstance(backend, SharedCacheBackend):
+    if not backend.capabilities.shared_cache or not isinstance(backend, SharedSessionBackend):
         raise ConfigError(
             f"backend {backend.name!r} has no shared KV cache",
             hint="use the engine backend, or the hogwild_text strategy (an approximation) elsewhere",
@@ -300,19 +301,19 @@ async def open_shared_workers(
         raise ValueError(f"{len(labels)} names for {num_workers} workers")
     sampling = SamplingParams.model_validate({**defaults.model_dump(), **params})
     scope = anyio.CancelScope()
-    workers: SharedWorkers | None = None
+    run_session: RunSharedSession | None = None
     try:
         with scope:
             async with backend.shared_session(sampling, num_workers=num_workers) as session:
-                workers = SharedWorkers(account, session, labels, scope)
-                yield workers
+                run_session = RunSharedSession(account, session, labels, scope)
+                yield run_session
     except BackendError as exc:
-        if workers is not None:
-            workers.close_all(exc.one_line())
+        if run_session is not None:
+            run_session.close_all(exc.one_line())
         raise
     finally:
-        if workers is not None:
-            workers.close_all()
+        if run_session is not None:
+            run_session.close_all()
 
 
-__all__ = ["IncrementalText", "SharedWorkers", "emit_worker_text", "open_shared_workers"]
+__all__ = ["IncrementalText", "RunSharedSession", "emit_worker_text", "open_shared_session"]

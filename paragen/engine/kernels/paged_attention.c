@@ -1,8 +1,8 @@
 /* Attention of query tokens over lists of cache slots, each key scored by a query of its own choosing.
  *
- * Built by paragen/engine/fused.py (gcc -O3 -march=native -ffast-math -fopenmp, on the machine that
- * runs it) and called through ctypes with the raw pointers of contiguous CPU tensors; one call is one
- * layer of a forward.
+ * Built by paragen/engine/kernels/fused_library.py (gcc -O3 -march=native -ffast-math -fopenmp, on the
+ * machine that runs it) and called through ctypes with one argument, a Layer (below) holding the raw
+ * pointers of contiguous CPU tensors; one call is one layer of a forward.
  *
  * A layer's cache is [2 * num_kv_heads, num_slots, head_dim] (K heads, then V heads). Token t has
  * query_count[t] rotations of its raw query (row t of qkv: its heads first), rotation r turning it by
@@ -16,9 +16,8 @@
  * read one list of keys (the same key_start; each the first key_count[t] of them, with choices of
  * its own). A Hogwild! session's workers read the same slots in different orders at different
  * shifts, so one list in one order serves them all, and where the CPU has AVX512-BF16 each key is
- * loaded from memory once for the whole class: a view is ~1,000 slots of which a worker's own are a
- * few dozen, and read once per worker they came from memory once per worker. The (class, KV
- * head) pairs are shared out over OpenMP threads (torch's own runtime: both load libgomp.so.1),
+ * loaded from memory once for the whole class, not once per worker (a view is ~1,000 slots of which a
+ * worker's own are a few dozen). The (class, KV head) pairs are shared out over OpenMP threads (torch's own runtime: both load libgomp.so.1),
  * classes cut into parts when there are too few pairs to keep every thread busy.
  *
  * Paths, by what the CPU and the cache are:
@@ -35,6 +34,7 @@
  * - Otherwise (fp32 caches, AVX2-only CPUs): plain C loops the compiler vectorises, in fp32.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,19 +45,47 @@
 #define VALUE_BLOCK 32 /* keys whose values the bf16 path widens once for a one-token class */
 #define PAIR_BLOCK 16  /* pairs of keys whose values it interleaves once for a class of several */
 
+/* The one argument of paged_attention: mirrored field for field by fused_library.Layer (a ctypes
+ * Structure), which checks the offsets against paged_attention_layout before any call. */
 typedef struct {
+    /* this layer's cache [2 * num_kv_heads, num_slots, head_dim], queries and output */
     const void *kv;
     long num_slots;
-    int num_kv_heads, group, head_dim, kv_bf16;
-    float scale;
+    int kv_bf16;
     const void *qkv;
     long qkv_row;
     int qkv_bf16;
-    const float *rot_cos, *rot_sin;
-    const int32_t *key_slots, *key_query, *key_start, *key_count, *choice_start, *query_base, *query_count;
     void *out;
     int out_bf16;
+    /* the model's attention */
+    int num_kv_heads, group, head_dim;
+    float scale;
+    /* what each token reads, the same for every layer of a forward */
+    const float *rot_cos, *rot_sin;
+    const int32_t *key_slots, *key_query, *key_start, *key_count, *choice_start, *query_base, *query_count;
+    const int32_t *class_tokens, *class_start;
+    int num_classes, max_count, max_queries, max_class;
+    int num_threads;
 } Layer;
+
+/* sizeof(Layer), then each field's offset in declaration order, into out[0 .. capacity); returns how
+ * many there are. */
+int paged_attention_layout(long *out, int capacity) {
+    const long layout[] = {
+        sizeof(Layer),
+        offsetof(Layer, kv), offsetof(Layer, num_slots), offsetof(Layer, kv_bf16), offsetof(Layer, qkv),
+        offsetof(Layer, qkv_row), offsetof(Layer, qkv_bf16), offsetof(Layer, out), offsetof(Layer, out_bf16),
+        offsetof(Layer, num_kv_heads), offsetof(Layer, group), offsetof(Layer, head_dim), offsetof(Layer, scale),
+        offsetof(Layer, rot_cos), offsetof(Layer, rot_sin), offsetof(Layer, key_slots), offsetof(Layer, key_query),
+        offsetof(Layer, key_start), offsetof(Layer, key_count), offsetof(Layer, choice_start),
+        offsetof(Layer, query_base), offsetof(Layer, query_count), offsetof(Layer, class_tokens),
+        offsetof(Layer, class_start), offsetof(Layer, num_classes), offsetof(Layer, max_count),
+        offsetof(Layer, max_queries), offsetof(Layer, max_class), offsetof(Layer, num_threads),
+    };
+    const int count = (int)(sizeof(layout) / sizeof(layout[0]));
+    for (int i = 0; i < count && i < capacity; i++) out[i] = layout[i];
+    return count;
+}
 
 /* One token's work at one KV head: its keys, the rotation scoring each (NULL: rotation 0), its queries. */
 typedef struct {
@@ -467,7 +495,7 @@ static inline __attribute__((always_inline)) void sum_paired(const Unit *units, 
 /* The value sums of a class of one token (every plain decode row, and so ``workers=1``): values
  * widened to fp32 (the permuted order of ``widen``: even dimensions, then odd) and summed with fp32
  * probabilities. Kept apart from sum_paired so that one worker decodes exactly as the plain decode
- * (greedy text drifted within ~35 tokens with bf16 probabilities: tests/strategies/test_hogwild_engine.py). */
+ * (with bf16 probabilities its greedy text drifts from the plain decode's: tests/strategies/test_hogwild_engine.py). */
 static inline __attribute__((always_inline)) void sum_widened(const Unit *units, const int32_t *slots,
                                                               const uint16_t *values, int32_t most, __m512 *widened,
                                                               const float *scores, float *sums, size_t score_len,
@@ -637,21 +665,16 @@ static AttendClass pick_class(const Layer *L) {
     return NULL;
 }
 
-/* Returns 0, or -1 when a thread's scratch could not be allocated (then ``out`` is not to be used). */
-int paged_attention(const void *kv, int kv_bf16, long num_slots, int num_kv_heads, int group, int head_dim,
-                    float scale, const void *qkv, int qkv_bf16, long qkv_row, const float *rot_cos,
-                    const float *rot_sin, const int32_t *key_slots, const int32_t *key_query,
-                    const int32_t *key_start, const int32_t *key_count, const int32_t *choice_start,
-                    const int32_t *query_base, const int32_t *query_count, const int32_t *class_tokens,
-                    const int32_t *class_start, int num_classes, int max_count, int max_queries,
-                    int max_class, int num_threads, void *out, int out_bf16) {
-    const Layer layer = {kv,        num_slots,  num_kv_heads, group,        head_dim,   kv_bf16,
-                         scale,     qkv,        qkv_row,      qkv_bf16,     rot_cos,    rot_sin,
-                         key_slots, key_query,  key_start,    key_count,    choice_start, query_base,
-                         query_count, out,      out_bf16};
+/* One layer's attention (see the file's comment). Returns 0, or -1 when a thread's scratch could not
+ * be allocated (then ``out`` is not to be used). */
+int paged_attention(const Layer *L) {
+    const int num_classes = L->num_classes, num_kv_heads = L->num_kv_heads, group = L->group;
+    const int head_dim = L->head_dim, max_queries = L->max_queries, max_count = L->max_count;
+    const int max_class = L->max_class;
+    const int32_t *class_tokens = L->class_tokens, *class_start = L->class_start;
     if (num_classes <= 0) return 0;  /* nothing to attend */
-    const Attend attend = pick(&layer);
-    const AttendClass attend_class = pick_class(&layer);
+    const Attend attend = pick(L);
+    const AttendClass attend_class = pick_class(L);
     const size_t per_token = (size_t)max_queries * group * head_dim + (size_t)group * (max_count + 8)
                              + (size_t)(group + 1) * head_dim;
     /* a class at once: its tokens' queries, scores and sums, one token's rotations, a block of keys or values */
@@ -660,7 +683,7 @@ int paged_attention(const void *kv, int kv_bf16, long num_slots, int num_kv_head
     const size_t scratch = attend_class != NULL && per_class > per_token ? per_class : per_token;
     /* per (class, head), or per (token, head) where classes share nothing; classes cut into parts
      * when there are too few pairs to keep every thread busy */
-    const int threads = num_threads > 0 ? num_threads : 1;
+    const int threads = L->num_threads > 0 ? L->num_threads : 1;
     const long pairs = (long)num_classes * num_kv_heads;
     int parts = attend_class == NULL ? 1 : pairs < 4L * threads ? (int)((4L * threads + pairs - 1) / pairs) : 1;
     parts = parts > max_class ? max_class : parts;
@@ -678,14 +701,14 @@ int paged_attention(const void *kv, int kv_bf16, long num_slots, int num_kv_head
             const int head = (int)(i % num_kv_heads);
             if (buffer == NULL) continue;
             if (attend_class == NULL) {
-                const Unit unit = unit_of(&layer, class_tokens[i / num_kv_heads], head);
-                attend(&layer, &unit, buffer);
+                const Unit unit = unit_of(L, class_tokens[i / num_kv_heads], head);
+                attend(L, &unit, buffer);
                 continue;
             }
             const int c = (int)(i / ((long)parts * num_kv_heads)), part = (int)(i / num_kv_heads % parts);
             const int size = class_start[c + 1] - class_start[c];
             const int from = (int)((long)size * part / parts), to = (int)((long)size * (part + 1) / parts);
-            if (to > from) attend_class(&layer, class_tokens + class_start[c] + from, to - from, head, buffer);
+            if (to > from) attend_class(L, class_tokens + class_start[c] + from, to - from, head, buffer);
         }
         free(buffer);
     }

@@ -1,6 +1,6 @@
-"""The rows and samples of a shared-cache forward (Hogwild!): plain data, importable from anywhere.
+"""The rows and samples of a shared session's forward (Hogwild!): plain data, importable from anywhere.
 
-They live in the engine so that ``paragen/engine/hogwild.py`` needs nothing from the backends;
+They live in the engine so that ``paragen/engine/hogwild`` needs nothing from the backends;
 ``paragen/backends/base.py`` re-exports them, where the protocol that uses them is.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class SharedRow:
-    """One worker's input to a shared-cache forward pass (see docs/hogwild.md)."""
+    """One worker's input to a shared session's forward pass (see docs/hogwild.md)."""
 
     worker: int  # which worker's sampler stream (seed = params.seed + worker)
     view: Sequence[int]  # segment ids, in order; the input tokens are appended to view[-1]

@@ -1,9 +1,9 @@
-"""Hogwild!'s shared attention through the fused kernel (``fused.py``), the engine's on a CPU.
+"""What a Hogwild! forward's rows read, for the fused kernel (``kernels/fused.py``): the engine's on a CPU.
 
 Each row reads its view's slots where they lie (its own segment last, so a row of T new tokens has
 token k read all but the last T - 1 - k of them). A segment stored at base ``b`` and sitting at
 offset ``o`` in this view is scored by the row's query turned back by its shift ``o - b`` (see
-``shared_attention.py`` for why that equals a plain forward over the flattened view): one rotated
+``torch_attention.py`` for why that equals a plain forward over the flattened view): one rotated
 query per distinct shift of the row, chosen key by key by the kernel. Nothing is gathered, padded
 or cast.
 
@@ -20,54 +20,29 @@ from collections.abc import Sequence
 
 import torch
 
-from paragen.engine import fused
-from paragen.engine.attention import Attend
-from paragen.engine.shared_plan import RowPlan, Tables, turned_back
+from paragen.engine.hogwild.view import RowView, Tables, turned_back
+from paragen.engine.kernels import fused
 
 Segment = tuple[int, int]  # a segment of a view by its first slot and its length
 
 
-def fused_shared_attention(
-    plans: list[RowPlan],
-    tables: Tables,
-    *,
-    num_heads: int,
-    num_kv_heads: int,
-    scale: float,
-) -> Attend:
-    """The attention of a forward whose rows come in ``plans`` order (their tokens in that order)."""
-    slot_plan, rotations = shared_slot_plan(plans, tables)
-
-    def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-        return fused.attend(
-            kv,
-            qkv,
-            slot_plan,
-            num_heads=num_heads,
-            num_kv_heads=num_kv_heads,
-            scale=scale,
-            rotations=rotations,
-        )
-
-    return attend
-
-
-def shared_slot_plan(plans: list[RowPlan], tables: Tables) -> tuple[fused.SlotPlan, Tables]:
-    """The kernel's plan for the rows, and the cos/sin rows of their rotations."""
-    classes, positions, shifts = _classes(plans)
-    slot_plan = fused.plan(classes, sum(row.num_new for row in plans))
+def fused_reads(rows: list[RowView], tables: Tables) -> tuple[fused.FusedReads, Tables]:
+    """What the rows read (they come in this order, their tokens in that order), and the cos/sin rows
+    of their rotations: ``fused.attention``'s arguments."""
+    classes, positions, shifts = _classes(rows)
+    reads = fused.class_reads(classes, sum(row.num_new for row in rows))
     cos, sin = turned_back(tables, torch.tensor(positions), torch.tensor(shifts))  # [N, D]
-    return slot_plan, (cos.cpu().contiguous(), sin.cpu().contiguous())
+    return reads, (cos.cpu().contiguous(), sin.cpu().contiguous())
 
 
-def _classes(plans: list[RowPlan]) -> tuple[list[fused.KeyClass], list[int], list[int]]:
+def _classes(rows: list[RowView]) -> tuple[list[fused.KeyClass], list[int], list[int]]:
     """The forward's key classes, and per rotation its token's view position and its shift."""
     classes: list[fused.KeyClass] = []
     shared: dict[tuple[Segment, ...], tuple[fused.KeyClass, dict[Segment, Sequence[int]]]] = {}
     positions: list[int] = []
     shifts: list[int] = []
     token = 0
-    for row in plans:
+    for row in rows:
         distinct = sorted(set(row.shifts))
         index = {shift: i for i, shift in enumerate(distinct)}
         base = len(positions)
@@ -108,7 +83,7 @@ def _choices(canonical: dict[Segment, Sequence[int]], rotation: dict[Segment, in
 
 
 def _own_class(
-    row: RowPlan, index: dict[int, int], token: int, base: int, num_queries: int
+    row: RowView, index: dict[int, int], token: int, base: int, num_queries: int
 ) -> fused.KeyClass:
     """A class of the row's tokens: its view's slots in view order, token k reading all but the last
     ``num_new - 1 - k`` (the own segment's later new tokens)."""

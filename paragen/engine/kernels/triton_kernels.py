@@ -1,5 +1,5 @@
 # mypy: disable-error-code="no-untyped-def"
-"""The Triton kernels of the engine's attention on CUDA (``triton_attention.py`` plans and launches them).
+"""The Triton kernels of the engine's attention on CUDA (``triton_attention.py`` launches them).
 
 ``partial`` scores one class of query tokens (a Hogwild! session's workers, or one row's tokens)
 against one split of the class's list of cache slots, for one KV head: each key and value is loaded

@@ -1,8 +1,9 @@
 """One model forward over the placed rows of Hogwild! sessions, and their samples.
 
-``hogwild.py`` decides where each row's tokens go and what they attend (a ``Placed`` row); this
-module turns placed rows into the model's forward (the shared attention's groups: all one-token
-rows in one batch, longer rows batched by length) and samples each row with its own settings.
+``session.py`` decides where each row's tokens go and what they attend (a ``Placed`` row); this
+module turns placed rows into the model's forward through one of the attentions (the fused kernel
+on a CPU, the Triton kernel on CUDA, else the torch one: all one-token rows in one batch, longer
+rows batched by length) and samples each row with its own settings.
 """
 
 from __future__ import annotations
@@ -14,28 +15,34 @@ from functools import partial
 
 import torch
 
-from paragen.engine import cuda_graphs, fused, triton_attention
+from paragen.engine import cuda_graphs
 from paragen.engine.attention import Attend, AttnMeta
+from paragen.engine.hogwild import torch_attention
+from paragen.engine.hogwild.fused_reads import fused_reads
+from paragen.engine.hogwild.graphs import replay_pass
+from paragen.engine.hogwild.groups import build_group
+from paragen.engine.hogwild.triton_reads import triton_reads
+from paragen.engine.hogwild.view import RowView
+from paragen.engine.kernels import fused, triton_attention
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.model_runner import ModelRunner
 from paragen.engine.sampler import SampleBatch, sample
-from paragen.engine.shared_attention import shared_attention
-from paragen.engine.shared_fused import fused_shared_attention
-from paragen.engine.shared_plan import RowPlan, build_group
 from paragen.types import SamplingParams
 
 
 @dataclass(slots=True)
 class Placed:
+    """A row placed in the cache: its token ids, their stored positions and slots, and its view."""
+
     ids: list[int]
     pos: list[int]
     slots: Sequence[int]
-    plan: RowPlan
+    view: RowView
 
 
 def model_logits(engine: LLMEngine, rows: Sequence[Placed]) -> torch.Tensor:
     """One model forward over the placed rows; the logits [rows, vocab] at each row's last token."""
-    order = sorted(range(len(rows)), key=lambda i: rows[i].plan.num_new)  # rows of one length adjacent
+    order = sorted(range(len(rows)), key=lambda i: rows[i].view.num_new)  # rows of one length adjacent
     ids: list[int] = []
     pos: list[int] = []
     slots: list[int] = []
@@ -48,49 +55,50 @@ def model_logits(engine: LLMEngine, rows: Sequence[Placed]) -> torch.Tensor:
     runner = engine.runner
     graphs = runner.graphs if len(ids) <= cuda_graphs.MAX_TOKENS else None
     if graphs is not None:  # the graph's logits are its own buffer: the caller may change them
-        plans = [rows[i].plan for i in order]
-        return graphs.shared(plans, ids, pos, slots, last, (engine.model.cos, engine.model.sin)).clone()
-    attend = _attention(engine, [rows[i].plan for i in order], len(ids))
+        views = [rows[i].view for i in order]
+        tables = (engine.model.cos, engine.model.sin)
+        return replay_pass(graphs, views, ids, pos, slots, last, tables).clone()
+    attend = _attention(engine, [rows[i].view for i in order], len(ids))
     meta = AttnMeta(is_prefill=False, slots=runner.tensor(slots))
     hidden = engine.model.forward(runner.tensor(ids), runner.tensor(pos), meta, engine.cache.kv, attend)
     return engine.model.logits(hidden[runner.tensor(last)])
 
 
-def _attention(engine: LLMEngine, plans: list[RowPlan], num_tokens: int) -> Attend:
-    """The attention of a forward whose rows come in ``plans`` order (sorted by their new tokens).
+def _attention(engine: LLMEngine, views: list[RowView], num_tokens: int) -> Attend:
+    """The attention of a forward whose rows come in ``views`` order (sorted by their new tokens).
 
-    Rows feeding the same number of tokens attend as one batch: a session's start (its layout's
-    headers) or a pass where several workers start steps then costs one batch per length, not one
-    per row (25 header rows of 7 sessions as 25 batches took 2 s of a loaded run's first seconds).
-    On a CPU the fused kernel reads every row's view as it lies instead (``shared_fused.py``), on
-    CUDA the Triton kernel (``triton_attention.py``).
+    In torch, rows feeding the same number of tokens attend as one batch: a session's start (its
+    layout's headers) or a pass where several workers start steps then costs one batch per length,
+    not one per row. On a CPU the fused kernel reads every row's view as it lies instead
+    (``fused_reads.py``), on CUDA the Triton kernel (``triton_reads.py``).
     """
     model, cache = engine.model, engine.cache
     tables = (model.cos, model.sin)
     if triton_attention.enabled(model.device, cache.kv.dtype):  # CUDA: one kernel a layer
         return triton_attention.attention(
-            triton_attention.shared_plan(plans, tables, model.device),
+            triton_reads(views, tables, model.device),
             num_heads=model.num_heads,
             num_kv_heads=model.cfg.num_kv_heads,
             head_dim=model.head_dim,
             scale=model.attn_scale,
         )
     if fused.enabled(model.device, cache.kv.dtype):  # the same test as the plain decode's
-        return fused_shared_attention(
-            plans,
-            tables,
+        reads, rotations = fused_reads(views, tables)
+        return fused.attention(
+            reads,
             num_heads=model.num_heads,
             num_kv_heads=model.cfg.num_kv_heads,
             scale=model.attn_scale,
+            rotations=rotations,
         )
     build = partial(build_group, num_slots=cache.num_blocks * cache.block_size, num_kv_rows=cache.kv.shape[1])
     groups = []
     start = 0
-    for num_new, same in itertools.groupby(plans, key=lambda p: p.num_new):
+    for num_new, same in itertools.groupby(views, key=lambda view: view.num_new):
         batch = list(same)
         groups.append(build(batch, start, tables=tables))
         start += num_new * len(batch)
-    return shared_attention(
+    return torch_attention.attention(
         groups,
         num_tokens=num_tokens,
         num_heads=model.num_heads,
@@ -126,7 +134,7 @@ def sample_rows(
         is_greedy_only=all(t == 0.0 for t in temperatures),
         has_greedy=any(t == 0.0 for t in temperatures),
         num_top_logprobs=0,
-        # asked for, as a plain request's are: 2-3% of a 4-worker pass (a log-sum-exp of every row)
+        # only when asked for, as a plain request's are (a log-sum-exp of every row)
         wants_logprobs=any(d.params.logprobs for d in draws),
     )
     sampled = sample(logits, batch)

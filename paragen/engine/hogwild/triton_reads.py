@@ -1,4 +1,4 @@
-"""How a Hogwild! forward's query tokens are grouped for the Triton kernel (``triton_attention.py``).
+"""What a Hogwild! forward's rows read, for the Triton kernel (``kernels/triton_attention.py``).
 
 A session's one-token rows (its workers mid-step) read the same segments, each in its own order and
 at its own shifts; attention does not depend on the order of the keys, so they read one list, in the
@@ -17,14 +17,17 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paragen.engine.shared_plan import RowPlan
+import torch
+
+from paragen.engine.hogwild.view import RowView, Tables, turned_back
+from paragen.engine.kernels.triton_attention import TritonReads
 
 MAX_TOKENS = 8  # tokens of a class scored together (a larger class is cut into parts that share its keys)
 Segment = tuple[int, int]  # a segment by its first slot and its length
 
 
 @dataclass(slots=True)
-class Class:
+class RunClass:
     slots: array[int]  # int32
     runs: array[int]  # int32, per slot: its run
     tokens: list[int]  # each token's place in the forward
@@ -44,12 +47,12 @@ class _Open:
     shifts: list[list[int]]  # per token: its shift of each segment
 
 
-def key_classes(plans: list[RowPlan]) -> list[Class]:
-    """The forward's classes (rows in ``plans`` order, their tokens in that order)."""
+def key_classes(rows: list[RowView]) -> list[RunClass]:
+    """The forward's classes (rows in this order, their tokens in that order)."""
     opened: list[_Open] = []
     shared: dict[tuple[Segment, ...], _Open] = {}
     token = 0
-    for row in plans:
+    for row in rows:
         pairs = [(seg, shift) for seg, shift in zip(row.slots, row.shifts, strict=True) if len(seg)]
         shift_of = {(seg[0], len(seg)): (seg, shift) for seg, shift in pairs}
         key = tuple(sorted(shift_of))
@@ -77,7 +80,7 @@ def key_classes(plans: list[RowPlan]) -> list[Class]:
     return [part for one in opened for part in _closed(one)]
 
 
-def _closed(one: _Open) -> list[Class]:
+def _closed(one: _Open) -> list[RunClass]:
     """The class's slots cut into runs, and the class itself into parts of MAX_TOKENS tokens."""
     slots, runs = array("i"), array("i")
     starts: list[int] = []  # each run's first segment
@@ -88,7 +91,7 @@ def _closed(one: _Open) -> list[Class]:
         runs += array("i", [len(starts) - 1]) * len(segment)
     run_shifts = [[shifts[i] for i in starts] for shifts in one.shifts]
     return [
-        Class(
+        RunClass(
             slots,
             runs,
             one.tokens[at : at + MAX_TOKENS],
@@ -98,3 +101,59 @@ def _closed(one: _Open) -> list[Class]:
         )
         for at in range(0, len(one.tokens), MAX_TOKENS)
     ]
+
+
+def triton_reads(rows: list[RowView], tables: Tables, device: torch.device) -> TritonReads:
+    """What the rows read (they come in this order, their tokens in that order), on ``device``."""
+    arrays = host_reads(rows)
+    sizes = [len(part) for part in arrays.ints]
+    joined = array("i")
+    for part in arrays.ints:
+        joined += part
+    ints = torch.frombuffer(joined, dtype=torch.int32).to(device)  # the host's arrays in one copy
+    positions, shifts = torch.tensor(arrays.positions), torch.tensor(arrays.shifts)
+    cos, sin = turned_back(tables, positions, shifts)
+    rotations = (cos.to(device, torch.float32).contiguous(), sin.to(device, torch.float32).contiguous())
+    key_slots, key_run, class_keys, tokens, starts, counts, rot = torch.split(ints, sizes)
+    return TritonReads(
+        key_slots, key_run, class_keys, tokens, starts, counts, rot, rotations,
+        arrays.num_classes, arrays.max_class, arrays.max_count,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class HostReads:
+    """What a Hogwild! forward's rows read, on the host: TritonReads' int32 fields in order, and each
+    rotation's position and shift (its cos and sin rows: ``turned_back``)."""
+
+    ints: list[array[int]]
+    positions: array[int]
+    shifts: array[int]
+    num_classes: int
+    max_class: int
+    max_count: int
+
+
+def host_reads(rows: list[RowView]) -> HostReads:
+    """What ``triton_reads`` sends: each class's slots, runs and tokens, each token's count and rotations."""
+    classes = key_classes(rows)
+    positions, shifts = array("i"), array("i")
+    num_tokens = sum(row.num_new for row in rows)
+    token_rot, counts = array("i", [0]) * num_tokens, array("i", [0]) * num_tokens
+    parts: list[array[int]] = [array("i") for _ in range(5)]  # slots, runs, class keys, tokens, starts
+    slots, runs, keys, tokens, starts = parts
+    starts.append(0)
+    for one in classes:
+        keys.append(len(slots))
+        slots += one.slots
+        runs += one.runs
+        tokens.extend(one.tokens)
+        starts.append(len(tokens))
+        for token, count, position, row_shifts in zip(
+            one.tokens, one.counts, one.positions, one.shifts, strict=True
+        ):
+            counts[token], token_rot[token] = count, len(positions)
+            positions += array("i", [position]) * len(row_shifts)
+            shifts += array("i", row_shifts)
+    max_class = max(len(one.tokens) for one in classes)
+    return HostReads([*parts, counts, token_rot], positions, shifts, len(classes), max_class, max(counts))
