@@ -40,14 +40,14 @@ from typing import Any
 
 import anyio
 
+from paragen._context import RunContext
+from paragen._timing import sleep_until
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.context import RunContext
 from paragen.orchestrator import Orchestrator
 from paragen.prompts import solve_messages
 from paragen.scoring import ScoreRequest, Scorers, ScriptedScorer
 from paragen.strategy import Strategy, StrategyConfig
-from paragen.timing import sleep_until
 from paragen.types import GenerateRequest, Problem, SamplingParams, StrategyResult
 from strategies.beam_search import BeamSearch
 

@@ -4,7 +4,7 @@
 
     paragen eval -t arith -s single,majority,ffs -n 1,4,8 --backend engine --limit 30 --out runs/NAME
 
-The flags it shares with `paragen run` are defined once, in paragen.cli_options.
+The flags it shares with `paragen run` are defined once, in paragen._cli_options.
     paragen report runs/NAME --format md --regrade --plot
 """
 
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from paragen import tracing
-from paragen.cli_options import (
+from paragen import _tracing as tracing
+from paragen._cli_options import (
     BackendChoice,
     BackendOpt,
     BackendOpts,
@@ -37,9 +37,9 @@ from paragen.cli_options import (
     unique,
     validated,
 )
+from paragen._signals import until_terminated
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
-from paragen.signals import until_terminated
 from paragen.types import SamplingParams
 
 if TYPE_CHECKING:

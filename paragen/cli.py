@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paragen.cli_options import (
+from paragen._cli_options import (
     BackendOpt,
     BackendOpts,
     BaseUrlOpt,
@@ -33,11 +33,11 @@ from paragen.cli_options import (
     parse_strategy_options,
     validated,
 )
+from paragen._signals import Terminated
 from paragen.config import Budget
 from paragen.errors import ParagenError
 from paragen.registry import BACKEND_GROUP, COMMAND_GROUP, STRATEGY_GROUP, load, names
 from paragen.serve.cli import serve_command
-from paragen.signals import Terminated
 
 app = typer.Typer(
     name="paragen",
@@ -72,7 +72,7 @@ def run(
     otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Answer QUESTION with a strategy; print the answer, the traces and the accounting."""
-    from paragen.cli_run import cli_problem, execute_run
+    from paragen._cli_run import cli_problem, execute_run
     from paragen.strategy import build_strategy
     from paragen.types import SamplingParams
 

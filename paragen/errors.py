@@ -21,7 +21,7 @@ Cancellation is not an error: it propagates as the async library's cancellation.
 
 A run records a spent budget, a passed deadline and a backend failure in its result, also when
 they reach it wrapped in exception groups; anything else is a bug and propagates as itself
-(:mod:`paragen.outcome` decides, once, for the orchestrator).
+(:mod:`paragen._outcome` decides, once, for the orchestrator).
 """
 
 from __future__ import annotations

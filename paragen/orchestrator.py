@@ -5,7 +5,7 @@ goes wrong inside a strategy into a recorded result, with the traces so far and 
 accounting: a spent budget ends the run as ``stop_reason="budget"``, a passed deadline
 as ``"deadline"``, a backend failure that escapes the strategy as ``"error"``, also when
 they come wrapped in exception groups (a strategy's task groups wrap what leaves them) at
-any depth; :mod:`paragen.outcome` is the one place that decides. Only cancellation from
+any depth; :mod:`paragen._outcome` is the one place that decides. Only cancellation from
 outside and programmer errors (bugs) propagate, a bug as itself, never as a group, and
 a bug wins over a budget or backend error in the same group.
 """
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from paragen import tracing
-from paragen.accounting import summarize
+from paragen import _tracing as tracing
+from paragen._accounting import summarize
+from paragen._context import RunContext
+from paragen._ledger import Ledger
+from paragen._outcome import StopReason, classify, leaves
 from paragen.backends.base import Backend, open_backend
 from paragen.config import Budget
-from paragen.context import RunContext
 from paragen.errors import ConfigError
 from paragen.events import EventSink, RunEnded
-from paragen.ledger import Ledger
-from paragen.outcome import StopReason, classify, leaves
 from paragen.scoring.llm import check_logprobs
 from paragen.scoring.pool import LLM_VERIFIER, Scorers
 from paragen.strategy import Strategy, build_strategy
@@ -169,7 +169,7 @@ class Orchestrator:
     async def _execute(
         self, strategy: Strategy, problem: Problem, ctx: RunContext
     ) -> tuple[StrategyResult | None, StopReason, str | None]:
-        """The strategy's result, or None and why the run ended; see paragen.outcome."""
+        """The strategy's result, or None and why the run ended; see paragen._outcome."""
         deadline = self.budget.deadline_s
         failure: BaseException | None = None
         result: StrategyResult | None = None

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from paragen.context import RunContext
+from paragen._context import RunContext
 from paragen.errors import ConfigError, describe_invalid
 from paragen.types import Problem, StrategyResult
 

@@ -161,7 +161,7 @@ class Delta:
     best alternatives' log-probabilities per token (for confidence measures).
     The last delta of a choice carries its ``finish_reason``. ``tool_calls`` are pieces of
     function calls as OpenAI streams them (``{"index", "id", "type", "function": {"name",
-    "arguments"}}``, arguments in pieces); :func:`paragen.tool_calls.merge` joins them.
+    "arguments"}}``, arguments in pieces); :func:`paragen._tool_calls.merge` joins them.
     """
 
     index: int

@@ -16,7 +16,7 @@ from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import vote_counts
 from paragen.prompts import solve_messages
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
-from strategies.toolkit import annotate, vote_finish
+from strategies._toolkit import annotate, vote_finish
 
 
 def beta_leader_probability(v1: int, v2: int) -> float:

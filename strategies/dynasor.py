@@ -27,7 +27,7 @@ from pydantic import Field, model_validator
 from paragen import BaseStrategy, LiveSample, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, answer_key, equivalent
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
-from strategies.toolkit import annotate, overrides, solve_request, vote_finish
+from strategies._toolkit import annotate, overrides, solve_request, vote_finish
 
 PROBE_TEXT = "\n\nLet me stop here and state the answer my reasoning supports so far.\nFinal answer: \\boxed{"
 

@@ -33,8 +33,8 @@ from paragen.answers import extract_answer, last_boxed
 from paragen.errors import ConfigError
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, Problem, StrategyResult, Trace
-from strategies.hogwild_prompts import NAMES, HogwildPrompts, ends_step, finisher_answer
-from strategies.hogwild_reference import REFERENCE_PROMPTS
+from strategies._hogwild_prompts import NAMES, HogwildPrompts, ends_step, finisher_answer
+from strategies._hogwild_reference import REFERENCE_PROMPTS
 
 Layout = Literal["contiguous", "interleaved", "combined"]
 ProtocolPreset = Literal["paragen", "reference"]

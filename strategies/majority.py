@@ -9,8 +9,8 @@ from pydantic import Field
 from paragen import BaseStrategy, RunContext
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, Problem, StrategyResult, Trace
-from strategies.finisher import FinisherFields, check_finisher, needs_finisher, run_finisher
-from strategies.toolkit import annotate, vote_finish
+from strategies._finisher import FinisherFields, check_finisher, needs_finisher, run_finisher
+from strategies._toolkit import annotate, vote_finish
 
 
 class MajorityConfig(FinisherFields):

@@ -30,10 +30,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from paragen._tool_calls import merge
 from paragen.engine.hogwild.types import SharedRow as SharedRow
 from paragen.engine.hogwild.types import SharedSample as SharedSample
 from paragen.errors import ConfigError
-from paragen.tool_calls import merge
 from paragen.types import Completion, Delta, GenerateRequest, SamplingParams, Usage
 
 
@@ -104,7 +104,7 @@ class SharedSession(Protocol):
 
     The same session at each layer: the engine's ``EngineSharedSession`` (paragen/engine/hogwild),
     the engine backend's ``AsyncSharedSession`` over it, the scripted backend's
-    ``ScriptedSharedSession``, and the run's ``RunSharedSession`` (paragen/shared.py) around any of them.
+    ``ScriptedSharedSession``, and the run's ``RunSharedSession`` (paragen/_shared.py) around any of them.
     """
 
     eos_token_ids: frozenset[int]

@@ -8,7 +8,7 @@ after some tokens, a timeout). Every stream is logged in ``streams`` with when i
 was opened and closed, so tests can measure cancel-to-release latency. Every token is a
 checkpoint unless the backend is built with ``coalesce=True`` (benchmarks: tokens already due
 arrive together, as one read of an HTTP stream); with ``precise=True`` they arrive when due, not
-when the event loop's timer next fires (see :func:`paragen.timing.sleep_until`).
+when the event loop's timer next fires (see :func:`paragen._timing.sleep_until`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any, Literal
 import anyio
 from pydantic import Field
 
+from paragen._timing import sleep_until
 from paragen.backends.base import Capabilities, CompletionStream, estimate_tokens
 from paragen.errors import (
     BackendConnectionError,
@@ -34,7 +35,6 @@ from paragen.errors import (
     BackendTimeoutError,
     ConfigError,
 )
-from paragen.timing import sleep_until
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, Usage
 
 Failure = Literal["http500", "http429", "reset", "timeout", "malformed"]

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from paragen._tool_calls import merge
 from paragen.backends.openai_wire import ChunkParser, WireOptions, build_body, error_message
 from paragen.errors import BackendHTTPError, BackendProtocolError
-from paragen.tool_calls import merge
 from paragen.types import ChatMessage, GenerateRequest, SamplingParams, ToolOptions, Usage
 
 

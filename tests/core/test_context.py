@@ -8,10 +8,10 @@ import anyio
 import pytest
 
 from paragen import Budget, Orchestrator, Problem, RunContext, StrategyResult
+from paragen._fanout import Fanout
+from paragen._ledger import Account, Ledger
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.fanout import Fanout
-from paragen.ledger import Account, Ledger
 from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import GenerateRequest
 
@@ -213,7 +213,7 @@ async def test_composed_strategy_shares_the_ledger() -> None:
 
 
 def test_critical_path_follows_time_order_and_parents() -> None:
-    from paragen.accounting import critical_path_tokens
+    from paragen._accounting import critical_path_tokens
     from paragen.types import Trace
 
     traces = [

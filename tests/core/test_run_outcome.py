@@ -10,10 +10,10 @@ import anyio
 import pytest
 
 from paragen import Orchestrator, Problem, RunContext
+from paragen._outcome import classify, leaves
 from paragen.backends.scripted import ScriptedBackend
 from paragen.config import Budget
 from paragen.errors import BackendHTTPError, BudgetExceededError
-from paragen.outcome import classify, leaves
 from paragen.strategy import BaseStrategy, StrategyConfig, build_strategy
 from paragen.types import StrategyResult
 

@@ -7,10 +7,10 @@ import math
 import pytest
 from strategy_helpers import SYNC, RewritingBackend, run, samples, words
 
+from paragen._live import LiveSample
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.errors import ConfigError
-from paragen.live import LiveSample
 from paragen.types import Delta, GenerateRequest, Trace
 from strategies.budget_forcing import BudgetForcing
 from strategies.deepconf import (

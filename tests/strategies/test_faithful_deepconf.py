@@ -16,11 +16,11 @@ import reference_rules as ref
 from strategy_helpers import SYNC, RewritingBackend, run, samples
 
 from evals.bank import BankProblem, deepconf_offline
+from paragen._live import LiveSample
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, tokenize
-from paragen.live import LiveSample
 from paragen.types import Delta, GenerateRequest, StrategyResult, Trace
-from strategies.confidence import confident_vote, keep_top, trace_score
+from strategies._confidence import confident_vote, keep_top, trace_score
 from strategies.deepconf import DeepConf, DeepConfOnline
 
 OWN = Capabilities(logprobs=True, continue_final=True, tokenizer=True, top_logprobs=20)  # one request each

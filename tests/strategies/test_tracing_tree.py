@@ -14,7 +14,7 @@ from search_helpers import VERIFIER, run_search
 from strategy_helpers import run, words
 from test_search_beam import SCORES, TREE
 
-from paragen import tracing
+from paragen import _tracing as tracing
 from paragen.backends.scripted import Script
 from paragen.types import StrategyResult, Trace
 from strategies.beam_search import BeamSearch
@@ -110,7 +110,7 @@ from paragen import Orchestrator, Problem
 from paragen.backends.scripted import ScriptedBackend
 from strategies.ffs import FFS
 anyio.run(Orchestrator(ScriptedBackend(["a \\\\boxed{1}"])).run, FFS(n=2), Problem(question="q"))
-print(sorted(m for m in sys.modules if m.startswith(("opentelemetry", "paragen.otel", "prometheus"))))
+print(sorted(m for m in sys.modules if m.startswith(("opentelemetry", "paragen._otel", "prometheus"))))
 """
 
 

@@ -23,7 +23,7 @@ from paragen import ChildTasks, Fanout, RunContext
 from paragen.answers import extract_answer, last_boxed
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, GenerateRequest, Trace
-from strategies.search_common import Path, StepFields
+from strategies._search_common import Path, StepFields
 
 
 def check_continuation(ctx: RunContext) -> None:

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from paragen._live import LiveSample
 from paragen.backends.base import SharedRow, SharedSample, SharedSession, SharedSessionBackend
 from paragen.errors import BackendError, BudgetExceededError, ConfigError
 from paragen.events import WorkerText
-from paragen.live import LiveSample
 from paragen.types import Delta, FinishReason, SamplingParams, Trace
 
 if TYPE_CHECKING:
-    from paragen.ledger import Account
+    from paragen._ledger import Account
 
 _WINDOW = 6  # tokens of left context so a suffix decodes with the spacing the full decode has
 

@@ -29,23 +29,23 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from paragen import tracing
-from paragen.accounting import summarize
+from paragen import _tracing as tracing
+from paragen._accounting import summarize
+from paragen._children import ChildTasks
+from paragen._fanout import Fanout, ToolSpan
+from paragen._ledger import Account, BudgetView, Clock, Ledger
+from paragen._live import LiveSample, Monitor, continuation, stop_sample
 from paragen.backends.base import Backend, Capabilities
-from paragen.children import ChildTasks
 from paragen.config import Budget
 from paragen.errors import ConfigError
 from paragen.events import Note
-from paragen.fanout import Fanout, ToolSpan
-from paragen.ledger import Account, BudgetView, Clock, Ledger
-from paragen.live import LiveSample, Monitor, continuation, stop_sample
 from paragen.scoring.base import ScoreRequest, ScorerError, StepScores
 from paragen.scoring.llm import check_logprobs, verdict_score, verify_messages
 from paragen.scoring.pool import LLM_VERIFIER, Scorers
 from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
 
 if TYPE_CHECKING:
-    from paragen.shared import RunSharedSession
+    from paragen._shared import RunSharedSession
 
 CONTINUATION_HINT = (
     "use the engine, vLLM, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)"
@@ -191,14 +191,14 @@ class RunContext:
     def shared_session(
         self, num_workers: int, *, names: Sequence[str] = (), **params: Any
     ) -> AbstractAsyncContextManager[RunSharedSession]:
-        """Hogwild! workers over one shared KV cache (``capabilities.shared_cache``); see paragen.shared."""
-        from paragen.shared import open_shared_session
+        """Hogwild! workers over one shared KV cache (``capabilities.shared_cache``); see paragen._shared."""
+        from paragen._shared import open_shared_session
 
         return open_shared_session(self._account, self.defaults, num_workers, names, params)
 
     def emit_worker_text(self, trace_id: int, worker: int, name: str, text: str) -> None:
         """Send new text of one of several cooperating workers (a WorkerText event) to the listeners."""
-        from paragen.shared import emit_worker_text
+        from paragen._shared import emit_worker_text
 
         emit_worker_text(self._account, trace_id, worker, name, text)
 

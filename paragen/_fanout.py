@@ -4,7 +4,7 @@ One task group per fan-out. A sample of its own request runs in its own cancel
 scope, so stopping it closes its stream (the server aborts the request). Choices of
 one ``n > 1`` request share a stream when the backend can abort choices one by one
 (the engine: one prefill serves all choices); stopping one aborts just that choice.
-It files traces through an :class:`~paragen.ledger.Account`, never through the
+It files traces through an :class:`~paragen._ledger.Account`, never through the
 RunContext, so the context builds on this module and not the other way round.
 """
 
@@ -23,11 +23,11 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from paragen import tracing
+from paragen import _tracing as tracing
+from paragen._ledger import Account
+from paragen._live import LiveSample, Monitor, stop_sample
 from paragen.backends.base import Capabilities, CompletionStream
 from paragen.errors import BackendError
-from paragen.ledger import Account
-from paragen.live import LiveSample, Monitor, stop_sample
 from paragen.types import GenerateRequest, Trace
 
 Job = Callable[[], Coroutine[Any, Any, None]]

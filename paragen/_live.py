@@ -7,8 +7,8 @@ from typing import Any
 
 import anyio
 
+from paragen._tool_calls import merge
 from paragen.backends.base import CompletionStream
-from paragen.tool_calls import merge
 from paragen.types import ChatMessage, Delta, FinishReason, GenerateRequest, Trace, TraceStatus, Usage
 
 Monitor = Callable[["LiveSample"], str | Awaitable[str | None] | None]

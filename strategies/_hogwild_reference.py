@@ -11,7 +11,7 @@ rules live in the strategy's config (``HogwildConfig.protocol``).
 
 from __future__ import annotations
 
-from strategies.hogwild_prompts import HogwildPrompts
+from strategies._hogwild_prompts import HogwildPrompts
 
 _RULES = (
     "# Reasoning together\n\n"

@@ -15,7 +15,7 @@ from pydantic import Field
 from paragen import RunContext, StrategyConfig
 from paragen.answers import last_boxed
 from paragen.types import ChatMessage, Trace
-from strategies.hogwild_prompts import HogwildPrompts, finisher_answer
+from strategies._hogwild_prompts import HogwildPrompts, finisher_answer
 
 FINISHER_TEXT = HogwildPrompts().finisher  # the same words as hogwild's, in either protocol
 

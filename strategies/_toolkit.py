@@ -1,6 +1,6 @@
 """Small helpers shared by the published strategies (FFS, PDR/SR, DeepPrune, DeepConf, ...).
 
-Everything here goes through :class:`~paragen.context.RunContext`; nothing touches a backend.
+Everything here goes through :class:`~paragen._context.RunContext`; nothing touches a backend.
 """
 
 from __future__ import annotations

@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from paragen import tracing
+from paragen import _tracing as tracing
+from paragen._live import LiveSample, stop_sample
 from paragen.backends.base import Backend
 from paragen.config import Budget
 from paragen.errors import BudgetExceededError
 from paragen.events import EventSink, SampleEnded, SampleStarted
-from paragen.live import LiveSample, stop_sample
 from paragen.types import GenerateRequest, Trace
 
 

@@ -12,7 +12,7 @@ imported. :func:`configure` turns it on where the environment asks for it (OpenT
 or ``OTEL_TRACES_EXPORTER=none``) or a CLI flag names an endpoint (``--otlp-endpoint URL``); spans
 then go to that OTLP/HTTP endpoint, configured by the standard ``OTEL_*`` variables (service name,
 headers, timeouts). :func:`enable` takes an OpenTelemetry ``TracerProvider`` of the caller's (tests:
-an in-memory exporter). The implementation is :mod:`paragen.otel` (the ``paragen[otel]`` extra).
+an in-memory exporter). The implementation is :mod:`paragen._otel` (the ``paragen[otel]`` extra).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class RequestSpan(Protocol):
 
 
 class Tracer(Protocol):
-    """What the core calls; :class:`paragen.otel.OTelTracer` is the one implementation."""
+    """What the core calls; :class:`paragen._otel.OTelTracer` is the one implementation."""
 
     def run(self, strategy: str, problem_id: str) -> AbstractContextManager[RunSpan]: ...
 
@@ -83,7 +83,7 @@ def enable(provider: Any = None, *, endpoint: str | None = None) -> Tracer:
     exports over OTLP/HTTP (to ``endpoint``, else where the OTEL_* variables say)."""
     global active
     try:
-        from paragen.otel import OTelTracer
+        from paragen._otel import OTelTracer
     except ImportError as exc:
         raise ConfigError(
             f"tracing needs OpenTelemetry ({exc.name} is not installed)", hint="pip install 'paragen[otel]'"
