@@ -87,7 +87,11 @@ class StepSearch:
         async with self.ctx.concurrently() as children:
             for index, (path, count) in enumerate(zip(paths, counts, strict=True)):
                 if count > 0:
-                    children.start(depth_run.grow, children, index, path, count)
+                    # The request (its seed) is made here, in path order: made in its task, it would
+                    # follow the order the event loop starts tasks in (trio shuffles it), and a
+                    # seeded run would give its paths different seeds from one run to the next.
+                    request = depth_run.request(path, count)
+                    children.start(depth_run.grow, children, index, path, count, request)
         return [sorted(found, key=lambda p: p.last_id) for found in depth_run.found(len(paths))]
 
     def next_seed(self, count: int) -> int | None:
@@ -122,11 +126,16 @@ class _Depth:
     def found(self, count: int) -> list[list[Path]]:
         return [self.by_path.get(i, []) for i in range(count)]
 
-    async def grow(self, children: ChildTasks, index: int, path: Path, count: int) -> None:
+    def request(self, path: Path, count: int) -> GenerateRequest:
+        """The request for ``path``'s next ``count`` steps, with seeds of its own."""
         search = self.search
-        request = step_request(
-            search.ctx, search.cfg, search.question, path, last=self.last, seed=search.next_seed(count)
-        )
+        seed = search.next_seed(count)
+        return step_request(search.ctx, search.cfg, search.question, path, last=self.last, seed=seed)
+
+    async def grow(
+        self, children: ChildTasks, index: int, path: Path, count: int, request: GenerateRequest
+    ) -> None:
+        search = self.search
         async with search.ctx.fanout(request, n=count, label=self.label, parents=path.trace_ids[-1:]) as fan:
             self.fans.append(fan)
             if self.stopped is not None:  # an early finish came before this fan-out opened

@@ -8,7 +8,9 @@ after some tokens, a timeout). Every stream is logged in ``streams`` with when i
 was opened and closed, so tests can measure cancel-to-release latency. Every token is a
 checkpoint unless the backend is built with ``coalesce=True`` (benchmarks: tokens already due
 arrive together, as one read of an HTTP stream); with ``precise=True`` they arrive when due, not
-when the event loop's timer next fires (see :func:`paragen._timing.sleep_until`).
+when the event loop's timer next fires (see :func:`paragen._timing.sleep_until`). A table of
+scripts is handed out in call order, or with ``order="fanout"`` by each fan-out's choice (see
+:class:`FanoutOrder`), which does not depend on the order the event loop starts tasks in.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import heapq
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,8 +89,9 @@ class ScriptedBackend:
         capabilities: Capabilities | None = None,
         coalesce: bool = False,
         precise: bool = False,
+        order: Literal["call", "fanout"] = "call",
     ) -> None:
-        self._responder = _as_responder(responder)
+        self._responder = _as_responder(responder, order)
         # With ``coalesce``, tokens already due are handed over without a trip through the event
         # loop each, as an HTTP stream hands over every token that arrived in one read; without it
         # every token is a checkpoint, which the tests that interleave streams token by token need.
@@ -132,9 +135,11 @@ class ScriptedBackend:
         scripts = [self._script(request, i) for i in range(request.n)]
         record = StreamRecord(request=request, opened=_clock())
         self.streams.append(record)
+        stream = _ScriptedStream(request, scripts, record, coalesce=self._coalesce, precise=self._precise)
         try:
-            yield _ScriptedStream(request, scripts, record, coalesce=self._coalesce, precise=self._precise)
+            yield stream
         finally:
+            await stream.aclose()
             record.closed = _clock()
 
     def _script(self, request: GenerateRequest, index: int) -> Script:
@@ -166,15 +171,24 @@ class _ScriptedStream:
         self._aborted: set[int] = set()
         self._coalesce = coalesce
         self._precise = precise
+        self._iterators: list[AsyncGenerator[Delta, None]] = []
 
     async def abort(self, index: int) -> None:
         self._aborted.add(index)
         self._record.aborted.append(index)
 
     def __aiter__(self) -> AsyncIterator[Delta]:
-        return self._deltas()
+        deltas = self._deltas()
+        self._iterators.append(deltas)
+        return deltas
 
-    async def _deltas(self) -> AsyncIterator[Delta]:
+    async def aclose(self) -> None:
+        """Close what iterated it (left early, a generator would be closed by the garbage
+        collector, which trio reports as a ResourceWarning)."""
+        for deltas in self._iterators:
+            await deltas.aclose()
+
+    async def _deltas(self) -> AsyncGenerator[Delta, None]:
         for script in self._scripts:
             if script.fail in ("http500", "http429"):
                 await anyio.sleep(script.first_delay)
@@ -246,16 +260,63 @@ def _clock() -> float:
     return time.perf_counter()
 
 
-def _as_responder(responder: Responder | Sequence[Script | str] | None) -> Responder:
-    if responder is None:
-        return arithmetic_responder
-    if callable(responder):
-        return responder
+def _as_responder(
+    responder: Responder | Sequence[Script | str] | None, order: Literal["call", "fanout"]
+) -> Responder:
+    if responder is None or callable(responder):
+        if order != "call":
+            raise ConfigError("a scripted backend's order applies to a table of scripts")
+        return arithmetic_responder if responder is None else responder
     table = list(responder)
     if not table:
         raise ConfigError("a scripted backend needs at least one script")
+    if order == "fanout":
+        return FanoutOrder(table)
     counter = iter(range(1 << 62))
     return lambda _request, _index: table[next(counter) % len(table)]
+
+
+class FanoutOrder:
+    """A table of scripts handed out fan-out by fan-out, and within one by choice (``order="fanout"``).
+
+    The choices of one fan-out get the next scripts of the table by their index, whatever order
+    their streams open in: an event loop may start tasks started together in any order (trio
+    shuffles them on purpose), so call order says nothing about which sample asked. A fan-out's
+    choices are the ``n`` of a native ``n > 1`` request, or the requests the fan-out split it
+    into (ids ``"<id>-<i>"``, see :func:`paragen._fanout._single`); any other request is a fan-out
+    of one. Fan-outs take their scripts in the order they first open, so they must not overlap:
+    a choice opened after a later fan-out took the scripts after its own raises ConfigError.
+    """
+
+    def __init__(self, table: Sequence[Script | str]) -> None:
+        self._table = list(table)
+        self._starts: dict[str, int] = {}  # a fan-out's first script, in the order fan-outs opened
+        self._next = 0  # the first script no fan-out has taken
+
+    def __call__(self, request: GenerateRequest, index: int) -> Script | str:
+        base, choice = fanout_choice(request, index)
+        start = self._starts.get(base)
+        if start is None:
+            start = self._starts[base] = self._next
+        position = start + choice
+        later = [s for s in self._starts.values() if s > start]
+        if later and position >= min(later):
+            raise ConfigError(
+                f"scripted backend: choice {choice} of {base!r} opened after a later fan-out took its script",
+                hint='order="fanout" needs fan-outs that do not overlap; pass a responder instead',
+            )
+        self._next = max(self._next, position + 1)
+        return self._table[position % len(self._table)]
+
+
+def fanout_choice(request: GenerateRequest, index: int) -> tuple[str, int]:
+    """Which fan-out a choice belongs to (the id of the request it came from) and its index there."""
+    if request.n > 1:
+        return request.request_id, index
+    base, _, tail = request.request_id.rpartition("-")
+    if tail.isdigit() and "-" in base:  # "pg-7-2": choice 2 of "pg-7", split off by the fan-out
+        return base, int(tail)
+    return request.request_id, 0
 
 
 _ARITH = re.compile(r"(-?\d+)\s*([-+*x×])\s*(-?\d+)")
@@ -280,6 +341,7 @@ def arithmetic_responder(request: GenerateRequest, index: int) -> Script:
 
 
 __all__ = [
+    "FanoutOrder",
     "Script",
     "ScriptedBackend",
     "StreamRecord",

@@ -163,7 +163,9 @@ class _RecordContext(_StreamContext):
 
     async def _enter(self) -> CompletionStream:
         self._inner = await self._stack.enter_async_context(self._owner.inner.stream(self._request))
-        return _Tap(self._inner, self)
+        tap = _Tap(self._inner, self)
+        self._stack.push_async_callback(tap.aclose)  # closed before the inner stream
+        return tap
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         try:
@@ -197,12 +199,16 @@ class _Tap:
     def __init__(self, inner: CompletionStream, recorder: _RecordContext) -> None:
         self.usage = inner.usage
         self._inner, self._recorder = inner, recorder
+        self._iterators: list[AsyncGenerator[Delta, None]] = []
 
     def __aiter__(self) -> AsyncIterator[Delta]:
-        return self._iterate()
+        return _track(self._iterators, self._iterate())
 
     async def abort(self, index: int) -> None:
         await self._inner.abort(index)
+
+    async def aclose(self) -> None:
+        await _close_all(self._iterators)
 
     async def _iterate(self) -> AsyncGenerator[Delta, None]:
         async for delta in self._inner:
@@ -263,14 +269,17 @@ class Replay:
 class _ReplayContext:
     def __init__(self, record: dict[str, Any] | None) -> None:
         self._record = record
+        self._stream: _ReplayStream | None = None
 
     async def __aenter__(self) -> CompletionStream:
         if self._record is None:
             raise BackendError("replay: no (more) recordings of this request")
-        return _ReplayStream(self._record)
+        self._stream = _ReplayStream(self._record)
+        return self._stream
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        return None
+        if self._stream is not None:
+            await self._stream.aclose()
 
 
 class _ReplayStream:
@@ -279,12 +288,16 @@ class _ReplayStream:
         self._final = Usage.model_validate(record["usage"] or {})
         self.usage = Usage(prompt_tokens=self._final.prompt_tokens, source=self._final.source)
         self._aborted: set[int] = set()
+        self._iterators: list[AsyncGenerator[Delta, None]] = []
 
     def __aiter__(self) -> AsyncIterator[Delta]:
-        return self._iterate()
+        return _track(self._iterators, self._iterate())
 
     async def abort(self, index: int) -> None:
         self._aborted.add(index)
+
+    async def aclose(self) -> None:
+        await _close_all(self._iterators)
 
     async def _iterate(self) -> AsyncGenerator[Delta, None]:
         for raw in self._record["deltas"]:
@@ -298,6 +311,20 @@ class _ReplayStream:
             setattr(self.usage, name, getattr(self._final, name))
         if self._record.get("error"):
             raise _error(self._record["error"])
+
+
+def _track(
+    iterators: list[AsyncGenerator[Delta, None]], deltas: AsyncGenerator[Delta, None]
+) -> AsyncGenerator[Delta, None]:
+    """``deltas``, kept so that leaving the stream closes it (left early, a generator is closed by
+    the garbage collector, which trio reports as a ResourceWarning)."""
+    iterators.append(deltas)
+    return deltas
+
+
+async def _close_all(iterators: list[AsyncGenerator[Delta, None]]) -> None:
+    for deltas in iterators:
+        await deltas.aclose()
 
 
 def _delta(raw: dict[str, Any]) -> Delta:

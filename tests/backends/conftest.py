@@ -11,11 +11,6 @@ from otlp_receiver import Receiver
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def server() -> FakeServer:
     return FakeServer()
 

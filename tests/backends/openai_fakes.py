@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -21,8 +21,14 @@ class FakeSSE(httpx.AsyncByteStream):
         self.delay = delay
         self.closed = False
         self.sent = 0
+        self._bodies: list[AsyncGenerator[bytes, None]] = []
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        body = self.body()
+        self._bodies.append(body)
+        return body
+
+    async def body(self) -> AsyncGenerator[bytes, None]:
         for event in self.events:
             if self.delay:
                 await anyio.sleep(self.delay)
@@ -33,7 +39,11 @@ class FakeSSE(httpx.AsyncByteStream):
             yield f"data: {data}\n\n".encode()
 
     async def aclose(self) -> None:
+        # Closing the body closes its generator too, as a transport's stream should (left to the
+        # garbage collector, trio reports an unexhausted generator as a ResourceWarning).
         self.closed = True
+        for body in self._bodies:
+            await body.aclose()
 
 
 Reply = Callable[[httpx.Request], httpx.Response]

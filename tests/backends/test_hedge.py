@@ -4,7 +4,8 @@ what is counted. Timings here are the fakes' own (a stall of seconds against a h
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -141,10 +142,11 @@ class GatedSSE(FakeSSE):
         super().__init__(events)
         self.gate = gate
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    async def body(self) -> AsyncGenerator[bytes, None]:
         await self.gate.wait()
-        async for data in super().__aiter__():
-            yield data
+        async with aclosing(super().body()) as body:
+            async for data in body:
+                yield data
 
 
 async def test_what_the_loser_streamed_is_counted(server: FakeServer) -> None:

@@ -35,11 +35,17 @@ async def read_order(coalesce: bool) -> list[str]:
 
 
 async def test_without_coalesce_every_token_is_a_checkpoint() -> None:
-    assert await read_order(False) == ["xa", "ya", "xb", "yb", "xc", "yc", "xd", "yd"]
+    # The streams take turns token by token; which goes first in a turn is the event loop's choice
+    # (trio shuffles tasks woken together).
+    order = await read_order(False)
+    turns = [sorted(order[i : i + 2]) for i in range(0, len(order), 2)]
+    assert turns == [["xa", "ya"], ["xb", "yb"], ["xc", "yc"], ["xd", "yd"]]
 
 
 async def test_with_coalesce_due_tokens_arrive_without_a_checkpoint_between() -> None:
-    assert await read_order(True) == ["xa", "xb", "xc", "xd", "ya", "yb", "yc", "yd"]
+    # One stream's tokens all, then the other's (either may go first: the event loop's choice).
+    x, y = ["xa", "xb", "xc", "xd"], ["ya", "yb", "yc", "yd"]
+    assert await read_order(True) in (x + y, y + x)
 
 
 async def test_coalesce_still_waits_for_tokens_not_yet_due() -> None:

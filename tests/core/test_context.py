@@ -59,7 +59,9 @@ class TwoRounds(BaseStrategy[StrategyConfig]):
 
 
 async def test_first_finish_cancels_the_rest_and_closes_their_streams() -> None:
-    backend = ScriptedBackend([Script(text=words(k), token_delay=0.01) for k in (5, 20, 30, 40)])
+    backend = ScriptedBackend(
+        [Script(text=words(k), token_delay=0.01) for k in (5, 20, 30, 40)], order="fanout"
+    )
     result = await Orchestrator(backend).run(FirstFinish(), PROBLEM)
     statuses = {t.id: (t.status, t.cancel_reason) for t in result.traces}
     assert statuses[0] == ("ok", None)
@@ -74,8 +76,9 @@ async def test_first_finish_cancels_the_rest_and_closes_their_streams() -> None:
 
 
 async def test_accounting_is_exact_for_parallel_then_sequential_rounds() -> None:
-    lengths = iter([7, 9, 11, 6])
-    backend = ScriptedBackend(lambda _r, _i: Script(text=words(next(lengths)), token_delay=0.002))
+    backend = ScriptedBackend(
+        [Script(text=words(k), token_delay=0.002) for k in (7, 9, 11, 6)], order="fanout"
+    )
     result = await Orchestrator(backend).run(TwoRounds(), PROBLEM)
     assert result.usage.total_tokens == 7 + 9 + 11 + 6
     assert result.usage.sequential_tokens == 11 + 6  # the longest draft, then the refinement
@@ -93,7 +96,7 @@ async def test_a_failing_sample_is_recorded_and_its_siblings_finish() -> None:
         Script(text=words(6), token_delay=0.001, fail="reset", fail_after=3),
         Script(text=words(6), token_delay=0.001),
     ]
-    result = await Orchestrator(ScriptedBackend(scripts)).run(DrainAll(), PROBLEM)
+    result = await Orchestrator(ScriptedBackend(scripts, order="fanout")).run(DrainAll(), PROBLEM)
     by_status = [t.status for t in result.traces]
     assert by_status == ["ok", "error", "error", "ok"]
     assert "500" in (result.traces[1].error or "")
@@ -133,14 +136,16 @@ async def test_sequential_budget_clips_max_tokens() -> None:
 
 async def test_shared_request_choices_abort_one_by_one() -> None:
     caps = Capabilities(native_n=True, per_choice_abort=True)
-    backend = ScriptedBackend(
-        [Script(text=words(k), token_delay=0.005) for k in (4, 30, 30, 30)], capabilities=caps
-    )
+    # The winner's 4 tokens at 0-60 ms; the others' at 0, 29, 58 ms, then 87 ms: no token of theirs is
+    # due with the winner's last, so how a loop orders tasks woken together (trio shuffles them)
+    # cannot let one through before the abort.
+    winner = Script(text=words(4), token_delay=0.02)
+    backend = ScriptedBackend([winner] + [Script(text=words(30), token_delay=0.029)] * 3, capabilities=caps)
     result = await Orchestrator(backend).run(FirstFinish(), PROBLEM)
     assert len(backend.streams) == 1  # one request served all four choices
     assert sorted(backend.streams[0].aborted) == [1, 2, 3]
     assert [t.status for t in result.traces] == ["ok", "cancelled", "cancelled", "cancelled"]
-    # the winner's last token comes first in its step; the others had 3 tokens when aborted
+    # the others had 3 tokens when aborted, right after the winner's last
     assert [t.completion_tokens for t in result.traces] == [4, 3, 3, 3]
     prompts = {t.prompt_tokens for t in result.traces}
     assert len(prompts) == 1 and prompts.pop() > 0  # one prompt per sample, not the request's total
@@ -161,7 +166,8 @@ async def test_monitor_prunes_a_sample() -> None:
             return ctx.finish(str(len(got)))
 
     backend = ScriptedBackend(
-        [Script(text=words(5), token_delay=0.001), Script(text=words(50), token_delay=0.001)]
+        [Script(text=words(5), token_delay=0.001), Script(text=words(50), token_delay=0.001)],
+        order="fanout",
     )
     result = await Orchestrator(backend).run(Pruner(), PROBLEM)
     assert [t.status for t in result.traces] == ["ok", "pruned"]
@@ -283,7 +289,8 @@ async def test_orchestrator_events_follow_each_sample_and_end_with_the_result() 
 
     events: list[object] = []
     scripts = [Script(text=words(3), token_delay=0.001), Script(text=words(5), token_delay=0.001)]
-    result = await Orchestrator(ScriptedBackend(scripts), on_event=events.append).run(Noting(), PROBLEM)
+    backend = ScriptedBackend(scripts, order="fanout")
+    result = await Orchestrator(backend, on_event=events.append).run(Noting(), PROBLEM)
     kinds = [type(e).__name__ for e in events]
     assert kinds == ["SampleStarted", "SampleStarted", "SampleEnded", "SampleEnded", "Note", "RunEnded"]
     started = [e for e in events if isinstance(e, SampleStarted)]

@@ -22,11 +22,6 @@ from paragen.types import GenerateRequest
 Serve = Callable[..., AbstractContextManager[str]]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @contextmanager
 def serving(
     backend: Backend, names: tuple[str, ...] = ("scripted",), *, close_backend: bool = False, **settings: Any

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from strategy_helpers import PROBLEM
 
 from paragen.backends.base import Capabilities
-from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.backends.scripted import FanoutOrder, Script, ScriptedBackend
 from paragen.orchestrator import Orchestrator
 from paragen.scoring import Scorers, ScriptedScorer
 from paragen.strategy import Strategy
@@ -28,18 +27,26 @@ def steps_so_far(request: GenerateRequest) -> tuple[str, ...]:
     return tuple(s for s in messages[-1].content.split("\n\n") if s.strip())
 
 
-def tree_backend(tree: Tree, caps: Capabilities | None = None) -> ScriptedBackend:
+def tree_backend(tree: Tree, caps: Capabilities | None = None, *, seed: int | None = None) -> ScriptedBackend:
     """The k-th sample that continues steps S writes ``tree[S][k]`` (cycling when there are fewer):
-    samples are numbered in the order their streams open, per prefix."""
-    seen: Counter[tuple[str, ...]] = Counter()
+    samples are numbered per prefix, fan-out by fan-out in the order the fan-outs open, and within
+    one by choice (not in the order their streams open: trio starts a fan-out's samples in any).
 
-    def respond(request: GenerateRequest, _index: int) -> Script:
+    With the run's ``seed``, the sample of seed ``seed + k`` writes ``tree[S][k]`` instead: a search
+    seeds its samples in path order, so fan-outs that open at once on one prefix (particle
+    filtering's, one per particle) are told apart by path, not by the order the loop opened them."""
+    orders: dict[tuple[str, ...], FanoutOrder] = {}
+
+    def respond(request: GenerateRequest, index: int) -> Script | str:
         prefix = steps_so_far(request)
-        options = tree[prefix]
-        step = options[seen[prefix] % len(options)]
-        seen[prefix] += 1
-        text, delay = step if isinstance(step, tuple) else (step, DELAY)
-        return Script(text=text, token_delay=delay)
+        steps = [step if isinstance(step, tuple) else (step, DELAY) for step in tree[prefix]]
+        scripts = [Script(text=text, token_delay=delay) for text, delay in steps]
+        if seed is not None:
+            assert request.params.seed is not None, "a seeded tree needs seeded requests"
+            return scripts[(request.params.seed - seed) % len(scripts)]
+        if prefix not in orders:
+            orders[prefix] = FanoutOrder(scripts)
+        return orders[prefix](request, index)
 
     return ScriptedBackend(respond, capabilities=caps)
 

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from paragen.backends.base import Capabilities
-from paragen.backends.scripted import Responder, Script, ScriptedBackend
+from paragen.backends.scripted import Responder, Script, ScriptedBackend, StreamRecord, fanout_choice
 from paragen.orchestrator import Orchestrator
 from paragen.strategy import Strategy
 from paragen.types import Delta, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
@@ -31,7 +31,10 @@ async def run(
     caps: Capabilities | None = None,
     max_tokens: int = 512,
 ) -> tuple[StrategyResult, ScriptedBackend]:
-    backend = scripts if isinstance(scripts, ScriptedBackend) else ScriptedBackend(scripts, capabilities=caps)
+    if not isinstance(scripts, ScriptedBackend):
+        # Each fan-out's choice i gets its i-th script, whatever order the loop starts samples in.
+        scripts = ScriptedBackend(scripts, capabilities=caps, order="fanout")
+    backend = scripts
     orch = Orchestrator(backend, defaults=SamplingParams(max_tokens=max_tokens))
     return await orch.run(strategy, PROBLEM), backend
 
@@ -69,3 +72,8 @@ class _Rewritten:
         async for delta in self._inner:
             self._rewrite(delta)
             yield delta
+
+
+def by_choice(streams: Sequence[StreamRecord]) -> list[StreamRecord]:
+    """One fan-out's streams by choice (the order of its scripts), not in the order they opened."""
+    return sorted(streams, key=lambda s: fanout_choice(s.request, 0)[1])

@@ -66,7 +66,9 @@ async def test_deepprune_prunes_all_but_the_largest_clusters_first_k2() -> None:
         Script(text=f"{SAME} is \\boxed{{5}}", token_delay=0.01),
         Script(text=f"{SAME} is surely \\boxed{{5}}", token_delay=0.01),
         Script(text=f"{OTHER} \\boxed{{6}}" + " more" * 40, token_delay=0.01),
-        Script(text=f"{SAME} is clearly" + " more" * 40 + " \\boxed{5}", token_delay=0.01),
+        # Two tokens behind, so it joins the largest cluster after the first two (which keep running):
+        # samples reaching their prefix at once join in the order the loop runs them (trio shuffles it).
+        Script(text=f"{SAME} is clearly" + " more" * 40 + " \\boxed{5}", token_delay=0.01, first_delay=0.02),
     ]
     strategy = DeepPrune(n=4, judge="lexical", truncation="words", prefix_k=8, tau=0.5, k2=2)
     result, _ = await run(strategy, scripts)

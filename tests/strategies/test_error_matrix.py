@@ -8,12 +8,14 @@ runs on the scripted shared-cache backend, whose session fails its forward passe
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from error_matrix import SCENARIOS, STRATEGIES, Scenario, base_script, scripted, shared, strategy
 
 from paragen import Orchestrator, Problem
-from paragen.backends.scripted import ScriptedBackend
-from paragen.types import SamplingParams, StrategyResult
+from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.types import GenerateRequest, SamplingParams, StrategyResult
 
 pytestmark = pytest.mark.anyio
 
@@ -67,12 +69,25 @@ async def test_every_strategy_ends_in_a_result(name: str, scenario: str) -> None
         assert reason is None or reason in (result.error or "")
 
 
+def staggered() -> Callable[[GenerateRequest, int], Script]:
+    """base_script's samples 10 ms apart by seed. Samples of one length finish in the same instant
+    otherwise, and a first finisher (pdr+ffs's draft) is whichever the event loop runs first: on
+    trio, which shuffles them, it may be seed 3's, whose answer the arithmetic responder slips."""
+    respond = base_script()
+
+    def delayed(request: GenerateRequest, index: int) -> Script:
+        seed = (request.params.seed or 0) + index
+        return respond(request, index).model_copy(update={"first_delay": 0.01 * (seed % 4)})
+
+    return delayed
+
+
 @pytest.mark.parametrize("name", ["llmcompiler", "pdr+majority", "pdr+ffs", "deepprune+llm"])
 async def test_the_composites_do_compose_without_faults(name: str) -> None:
     """The matrix's composites are what they claim: LLMCompiler replans once, the others nest."""
     # A run seed: without one the scripted answers follow the process-wide request counter, so the
     # result would depend on which tests ran before.
-    orch = Orchestrator(ScriptedBackend(base_script()), defaults=SamplingParams(max_tokens=64, seed=0))
+    orch = Orchestrator(ScriptedBackend(staggered()), defaults=SamplingParams(max_tokens=64, seed=0))
     result = await orch.run(strategy(name), PROBLEM)
     assert result.stop_reason == "done" and result.answer == "5"
     if name == "llmcompiler":

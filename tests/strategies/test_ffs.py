@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from strategy_helpers import SYNC, run, samples, words
+from strategy_helpers import SYNC, by_choice, run, samples, words
 
 from paragen.backends.scripted import Script
 from paragen.errors import ConfigError
@@ -58,10 +58,11 @@ async def test_async_ffs_first_finisher_wins_and_the_rest_are_cancelled() -> Non
     # On the script's own clock: the slow loser had sent exactly its 3 tokens due by t=0.25 and no
     # more, and the late one was closed before its first token was due (at t=5).
     assert all((t.end or 0) >= (winner.end or 0) for t in losers)
-    assert [s.tokens_sent for s in backend.streams] == [3, 3, 0]
+    streams = by_choice(backend.streams)
+    assert [s.tokens_sent for s in streams] == [3, 3, 0]
     assert result.usage.total_tokens == 6 and result.usage.sequential_tokens == 3
-    assert len(backend.streams) == 3 and all(s.closed is not None for s in backend.streams)
-    late = backend.streams[2]
+    assert len(streams) == 3 and all(s.closed is not None for s in streams)
+    late = streams[2]
     assert (late.closed or 0) - late.opened < scripts[2].first_delay
 
 
@@ -117,7 +118,7 @@ async def test_diversifying_openers_prefill_distinct_assistant_messages() -> Non
     result, backend = await run(FFS(n=3, diversify=True), [Script(text=words(3, "5"), token_delay=0.01)])
     firsts = [s.request.messages[-1] for s in backend.streams if s.request.messages]
     assert [m.role for m in firsts] == ["assistant"] * 3
-    assert [m.content for m in firsts] == list(OPENERS[:3])
+    assert sorted(m.content for m in firsts) == sorted(OPENERS[:3])  # one each, opened in any order
     assert all(s.request.continue_final for s in backend.streams)
     assert result.answer == "5"
 

@@ -11,7 +11,7 @@ from strategy_helpers import PROBLEM, SYNC, samples, words
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
-from paragen.types import GenerateRequest, SamplingParams
+from paragen.types import GenerateRequest, SamplingParams, Trace
 from strategies.rsa import RSA, aggregate_prompt, draw_subsets, subset_rng
 
 FIRST = ["4", "5", "5", "6"]  # the first population's answers, by choice index
@@ -22,7 +22,15 @@ def _responder(request: GenerateRequest, index: int) -> Script:
     if "candidate solutions" not in content:
         return Script(text=words(3 + index, FIRST[index]))
     first = re.findall(r"\\boxed\{(\d+)\}", content.split("Candidate 2:")[0])[-1]
-    return Script(text=words(2 + int(first), first))  # adopts candidate 1's answer
+    # Adopts candidate 1's answer; its words name its seed, which says which aggregation it is.
+    return Script(text=words(2 + int(first), first, stem=f"seed{request.params.seed}/"))
+
+
+def aggregation(trace: Trace) -> int:
+    """Which aggregation of its step a trace is (its seed: the run's, plus step * n + i)."""
+    match = re.match(r"seed(\d+)/", trace.text)
+    assert match is not None
+    return int(match[1])
 
 
 def test_subsets_are_reproducible_per_seed_and_problem() -> None:
@@ -47,7 +55,10 @@ async def test_rsa_steps_subsets_vote_and_accounting_are_exact() -> None:
     orch = Orchestrator(backend, defaults=SamplingParams(max_tokens=64, seed=7))
     result = await orch.run(RSA(n=4, k=2, t=2), PROBLEM)
     traces = samples(result)
+    # Each step's aggregations sample at once, so their traces are filed in the order the event loop
+    # starts them (trio shuffles it): they are put back in the order the strategy drew them.
     steps = [[t for t in traces if t.label == f"step{s}"] for s in range(3)]
+    steps[1:] = [sorted(step, key=aggregation) for step in steps[1:]]
     assert [len(s) for s in steps] == [4, 4, 4]
     assert [t.answer for t in steps[0]] == FIRST
     assert [t.meta["subset"] for t in steps[1]] == [[1, 3], [0, 2], [1, 3], [1, 2]]

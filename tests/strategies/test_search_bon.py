@@ -18,12 +18,13 @@ from paragen.strategy import build_strategy, count_field
 from strategies._search_common import Path, answer_weight, split_steps
 from strategies.weighted_bon import WeightedBoN, WeightedBoNConfig
 
-# Four solutions; the first step of each sets its answer's fate. Scores per step text.
+# Four solutions; the first step of each sets its answer's fate. Scores per step text. Finishing
+# 15 ms apart: a loaded machine's late wake-ups (a few ms) cannot change the order they finish in.
 SOLUTIONS = [
-    Script(text="good start\n\nso \\boxed{5}", token_delay=0.004),
-    Script(text="odd start\n\nso \\boxed{7}", token_delay=0.001),
-    Script(text="fine start\n\nso \\boxed{5}", token_delay=0.003),
-    Script(text="great start\n\nso \\boxed{7}", token_delay=0.002),
+    Script(text="good start\n\nso \\boxed{5}", token_delay=0.02),
+    Script(text="odd start\n\nso \\boxed{7}", token_delay=0.005),
+    Script(text="fine start\n\nso \\boxed{5}", token_delay=0.015),
+    Script(text="great start\n\nso \\boxed{7}", token_delay=0.01),
 ]
 # Binary fractions, so the ties below are exact. Finishing order: odd, great, fine, good.
 STEP_SCORES = {"good start": 0.5, "odd start": 0.875, "fine start": 0.25, "great start": 0.25}
@@ -32,7 +33,9 @@ STEP_SCORES |= {"so \\boxed{5}": 0.75, "so \\boxed{7}": 0.5}
 
 async def bon(**options: Any) -> tuple[float, str | None]:
     result, _, _ = await run_search(
-        WeightedBoN(n=4, verifier=VERIFIER, **options), ScriptedBackend(SOLUTIONS), STEP_SCORES
+        WeightedBoN(n=4, verifier=VERIFIER, **options),
+        ScriptedBackend(SOLUTIONS, order="fanout"),
+        STEP_SCORES,
     )
     return result.metrics.get("winner_weight", 0.0), result.answer
 
@@ -58,7 +61,7 @@ async def test_weighted_vote_per_aggregate(
 @pytest.mark.anyio
 async def test_each_sample_is_scored_as_it_finishes_and_keeps_its_scores() -> None:
     result, _, scorer = await run_search(
-        WeightedBoN(n=4, verifier=VERIFIER), ScriptedBackend(SOLUTIONS), STEP_SCORES
+        WeightedBoN(n=4, verifier=VERIFIER), ScriptedBackend(SOLUTIONS, order="fanout"), STEP_SCORES
     )
     samples = [t for t in result.traces if t.kind == "sample"]
     scores = score_traces(result)
