@@ -45,9 +45,9 @@ demo: setup
 	$(PY) -m evals.demo
 
 # docs/results.md and docs/results/*.png from fresh SmolLM2 runs of every built-in math strategy
-# (evals/results.py ROWS): 10 arith + 4 GSM8K problems, 2 seeds; 48 min measured on 2 AMD EPYC
-# cores (bf16, 2026-11-25, from a clean worktree: the page's own wall time says 47.8 min of runs);
-# `make results RESULTS_ARGS="--size small"` is a few-minute smoke test, labelled as such on the page.
+# (evals/results.py ROWS): 10 arith + 4 GSM8K problems, 2 seeds; about 50 min on 2 CPU cores (the page
+# states its own runs' wall time); `make results RESULTS_ARGS="--size small"` is a few-minute smoke
+# test, labelled as such on the page.
 RESULTS_ARGS ?=
 results: setup
 	$(PY) -m evals.results $(RESULTS_ARGS)

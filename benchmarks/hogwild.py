@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paragen.engine.hogwild import SharedCache
+from paragen.engine.hogwild.session import EngineSharedSession
+from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
-from paragen.engine.shared_types import SharedRow
 from paragen.types import SamplingParams
 
 TEXT = "The workers split the problem: one checks the arithmetic while the other plans the next step. "
@@ -46,44 +46,44 @@ class HogwildState:
     """A captured pass rebuilt: every segment at its length; the rows then decode one token a step."""
 
     def __init__(self, engine: LLMEngine, capture: dict[str, Any]):
-        self.cache = cache = SharedCache(engine, PARAMS, len(capture["views"]))
+        self.session = session = EngineSharedSession(engine, PARAMS, len(capture["views"]))
         lengths, bases = capture["lengths"], capture["bases"]
         first = capture["views"][0]
-        self.ids = {s: cache.new_segment() for s in lengths}
+        self.ids = {s: session.new_segment() for s in lengths}
         prompt, offset = first[0], 0
         self.prefix = []  # the leading segments stored where they sit (the prompt, the history)
         for s in first:
             if bases[str(s)] != offset:
                 break
             self.prefix.append(self.ids[str(s)])
-            cache.logits([SharedRow(0, self.prefix, token_run(engine, lengths[str(s)]))])
+            session.logits([SharedRow(0, self.prefix, token_run(engine, lengths[str(s)]))])
             offset += lengths[str(s)]
         for s, n in lengths.items():
-            if cache.length(self.ids[s]) == 0 and n > 0 and s != str(prompt):
-                cache.logits([SharedRow(0, [self.ids[str(prompt)], self.ids[s]], token_run(engine, n))])
+            if session.length(self.ids[s]) == 0 and n > 0 and s != str(prompt):
+                session.logits([SharedRow(0, [self.ids[str(prompt)], self.ids[s]], token_run(engine, n))])
         self.views = [[self.ids[str(s)] for s in view] for view in capture["views"]]
         self.last = [1] * len(self.views)
 
     def view_length(self, worker: int) -> int:
-        return sum(self.cache.length(s) for s in self.views[worker])
+        return sum(self.session.length(s) for s in self.views[worker])
 
     def step(self) -> None:
         rows = [
             SharedRow(w, view, [t]) for w, (view, t) in enumerate(zip(self.views, self.last, strict=True))
         ]
-        self.last = [sample.token_id for sample in self.cache.forward(rows)]
+        self.last = [sample.token_id for sample in self.session.forward(rows)]
 
     def reencode_tails(self) -> None:
         """Each view's tail (past the prompt and history) prefilled over that cached prefix, then dropped."""
-        tails = [self.cache.new_segment() for _ in self.views]
-        prefix_len = sum(self.cache.length(s) for s in self.prefix)
+        tails = [self.session.new_segment() for _ in self.views]
+        prefix_len = sum(self.session.length(s) for s in self.prefix)
         rows = [
             SharedRow(w, [*self.prefix, tail], [1] * (self.view_length(w) - prefix_len))
             for w, tail in enumerate(tails)
         ]
-        self.cache.forward(rows)
+        self.session.forward(rows)
         for tail in tails:
-            self.cache.free_segment(tail)
+            self.session.free_segment(tail)
 
 
 def plain_batch(engine: LLMEngine, num_seqs: int, context: int) -> None:
@@ -114,18 +114,18 @@ def over_batched(engine: LLMEngine, capture: dict[str, Any]) -> tuple[float, flo
         plain.append(best_step_ms(engine.step))
         hog.append(best_step_ms(state.step))
     abort_all(engine)
-    state.cache.close()
+    state.session.close()
     return min(hog), min(plain)
 
 
 def reencode_over_hogwild(engine: LLMEngine, capture: dict[str, Any]) -> tuple[float, float, int]:
     state = HogwildState(engine, capture)
-    tail = state.view_length(0) - sum(state.cache.length(s) for s in state.prefix)
+    tail = state.view_length(0) - sum(state.session.length(s) for s in state.prefix)
     hog, reencode = [], []
     for _ in range(ROUNDS):
         hog.append(best_step_ms(state.step))
         reencode.append(best_step_ms(state.reencode_tails))
-    state.cache.close()
+    state.session.close()
     return min(hog), min(reencode), tail
 
 

@@ -17,22 +17,23 @@ from typing import Any
 
 import anyio
 
-import paragen.engine.hogwild as hogwild
+import paragen.engine.hogwild.batch as batch
 from paragen import Orchestrator, Problem, SamplingParams, build_strategy
 from paragen.backends.engine import EngineBackend
-from paragen.engine.shared_types import SharedSample
+from paragen.engine.hogwild.session import EngineSharedSession
+from paragen.engine.hogwild.types import SharedSample
 from paragen.errors import EngineError
 
 QUESTION = "What is (347 * 29) + 1185 - 64?"
 
 
-def layout(job: hogwild.SharedForward) -> dict[str, Any]:
-    cache = job.cache
+def layout(job: batch.SharedForward) -> dict[str, Any]:
+    session = job.session
     ids = sorted({s for row in job.rows for s in row.view})
     return {
         "views": [list(row.view) for row in job.rows],
-        "lengths": {str(s): cache.length(s) for s in ids},
-        "bases": {str(s): cache.base(s) for s in ids},
+        "lengths": {str(s): session.length(s) for s in ids},
+        "bases": {str(s): session.base(s) for s in ids},
     }
 
 
@@ -43,22 +44,22 @@ def main() -> None:
     parser.add_argument("-o", "--out", type=Path, required=True)
     args = parser.parse_args()
     passes: list[dict[str, Any]] = []
-    real = hogwild.forward_together
+    real = batch.forward_together
 
-    def recording(jobs: Sequence[hogwild.SharedForward]) -> list[list[SharedSample] | EngineError]:
+    def recording(jobs: Sequence[batch.SharedForward]) -> list[list[SharedSample] | EngineError]:
         outcomes = real(jobs)
         passes.extend(layout(job) for job in jobs if len(job.rows) == args.workers)
         return outcomes
 
-    hogwild.forward_together = recording
-    folds = [0]  # finished steps folded into the history: each was one more segment per view before
-    fold = hogwild.SharedCache.append_from
+    batch.forward_together = recording
+    folds = [0]  # finished steps folded into the history (each would otherwise stay a segment of every view)
+    fold = EngineSharedSession.append_from
 
-    def counting(cache: hogwild.SharedCache, dst: int, src: int) -> None:
+    def counting(session: EngineSharedSession, dst: int, src: int) -> None:
         folds[0] += 1
-        fold(cache, dst, src)
+        fold(session, dst, src)
 
-    hogwild.SharedCache.append_from = counting  # type: ignore[method-assign,assignment]
+    EngineSharedSession.append_from = counting  # type: ignore[method-assign,assignment]
     backend = EngineBackend.from_spec(None)
     strategy = build_strategy(
         "hogwild", {"workers": args.workers, "max_forward_passes": args.passes, "stop_at_answer": False}

@@ -2,10 +2,10 @@
 
 A 4-worker eval's pass reads 8 sessions' views of ~1,100 slots each (prompt, history, the workers'
 current steps), and every worker of a session reads the same slots, each in its own order and at its
-own shifts. ``shared_fused.py`` gives those rows one list of keys (a class), so the kernel loads each
-key from memory once for all of them; this times a pass's attention (one call per layer, 30 layers)
-with the classes as built, and with every row its own class (each worker reading the keys again, as
-before the classes), in one process, alternating. A class of one token is summed as a plain decode
+own shifts. ``paragen/engine/hogwild/fused_reads.py`` gives those rows one list of keys (a class),
+so the kernel loads each key from memory once for all of them; this times a pass's attention (one
+call per layer, 30 layers) with the classes as built, and with every row its own class (each worker
+reading the keys again), in one process, alternating. A class of one token is summed as a plain decode
 row is (fp32 probabilities, libm's exp, scored alone), so the ratio holds what a class of several
 gains from its cheaper sums as well as from loading each key once.
 
@@ -29,15 +29,15 @@ from collections.abc import Callable
 
 import torch
 
-from paragen.engine import fused
-from paragen.engine.shared_fused import shared_slot_plan
-from paragen.engine.shared_plan import RowPlan
+from paragen.engine.hogwild.fused_reads import fused_reads
+from paragen.engine.hogwild.view import RowView
+from paragen.engine.kernels import fused
 
 HEADS, KV_HEADS, HEAD_DIM, LAYERS, SESSIONS = 9, 3, 64, 30, 8
 PROMPT, OWN, ROUNDS = 400, 40, 5
 
 
-def session_views(workers: int, view: int) -> list[RowPlan]:
+def session_views(workers: int, view: int) -> list[RowView]:
     """Each session: a prompt, a history, and every worker's current step; worker w's view holds them
     all, the others' steps in order and its own last, each segment at a shift of its own."""
     rows = []
@@ -50,14 +50,14 @@ def session_views(workers: int, view: int) -> list[RowPlan]:
             others = [v for v in range(workers) if v != w]
             segments = [prompt, history, *(steps[v] for v in others), steps[w]]
             shifts = [0, 7, *(13 + v for v in others), 50 + w]
-            rows.append(RowPlan(segments, shifts, 1, view - 1))
+            rows.append(RowView(segments, shifts, 1, view - 1))
     return rows
 
 
-def alone(plan: fused.SlotPlan) -> fused.SlotPlan:
-    """The same plan with every token its own class."""
-    each = torch.arange(len(plan.class_tokens) + 1, dtype=torch.int32)
-    return dataclasses.replace(plan, class_start=each, max_class=1)
+def alone(reads: fused.FusedReads) -> fused.FusedReads:
+    """The same reads with every token its own class."""
+    each = torch.arange(len(reads.class_tokens) + 1, dtype=torch.int32)
+    return dataclasses.replace(reads, class_start=each, max_class=1)
 
 
 def pass_ms(attend: Callable[[torch.Tensor], torch.Tensor], caches: list[torch.Tensor], cold: bool) -> float:
@@ -75,12 +75,13 @@ def measure(workers: int, view: int, dtype: torch.dtype) -> dict[str, float]:
     caches = [torch.randn(2 * KV_HEADS, SESSIONS * 3000, HEAD_DIM).to(dtype) for _ in range(LAYERS)]
     rows = session_views(workers, view)
     qkv = torch.randn(len(rows), HEADS + 2 * KV_HEADS, HEAD_DIM).to(dtype)
-    classes, rotations = shared_slot_plan(rows, (torch.randn(4096, HEAD_DIM), torch.randn(4096, HEAD_DIM)))
+    classes, rotations = fused_reads(rows, (torch.randn(4096, HEAD_DIM), torch.randn(4096, HEAD_DIM)))
 
-    def run(slot_plan: fused.SlotPlan) -> Callable[[torch.Tensor], torch.Tensor]:
-        return lambda kv: fused.attend(
-            kv, qkv, slot_plan, num_heads=HEADS, num_kv_heads=KV_HEADS, scale=0.125, rotations=rotations
+    def run(reads: fused.FusedReads) -> Callable[[torch.Tensor], torch.Tensor]:
+        layers = fused.attention(
+            reads, num_heads=HEADS, num_kv_heads=KV_HEADS, scale=0.125, rotations=rotations
         )
+        return lambda kv: layers(qkv, kv)
 
     shared, single = run(classes), run(alone(classes))
     for kv in caches:  # warm up, and the kernel built

@@ -1,7 +1,8 @@
 """Plain decode steps with the model code of another revision (``--rev``) and of this tree, interleaved.
 
-The shared-cache path touched ``Model.forward`` (an optional attention argument, and the RoPE slice
-starting at a variable head instead of 0); this checks that a plain decode step costs what it did.
+The Hogwild! path shares ``Model.forward`` with the plain decode (an optional attention argument, and
+the RoPE slice starting at a variable head instead of 0); this checks that a plain decode step costs
+what it costs at another revision.
 Both models hold the same weights and run the same engine's batch step by step, alternating in
 rounds (in ABBA order), so both see the same load; each figure is the best step of its rounds. Last line JSON:
 {"after_over_before_n1", "after_over_before_n8", "raw"}.
@@ -79,8 +80,8 @@ def main() -> None:
     old = model_module_at(args.rev)
     tensors = loader.load_tensors(loader.resolve(args.model))
     device = str(engine.model.device)
-    # Both built here the same way: the engine's own model, loaded earlier, ran 1-3% apart from a
-    # second instance of the very same code (an A/A run, --rev HEAD), which is placement, not code.
+    # Both built here the same way: the engine's own model, loaded earlier, can run a few percent apart
+    # from a second instance of the very same code (an A/A run, --rev HEAD): placement, not code.
     before = old.Model(engine.cfg, tensors, engine.dtype, device)
     after = Model(engine.cfg, tensors, engine.dtype, device)
     raw: dict[str, float] = {}

@@ -26,7 +26,7 @@ import time
 import anyio
 
 from paragen.backends.engine import EngineBackend
-from paragen.engine.shared_types import SharedRow
+from paragen.engine.hogwild.types import SharedRow
 from paragen.types import SamplingParams
 
 PROMPT = "Two workers solve the problem together; each sees what the other writes as it writes it. " * 4
@@ -70,9 +70,9 @@ async def measure(backend: EngineBackend) -> dict[str, float]:
     for _ in range(ROUNDS):
         times["one"].append(await wall_time(backend, 1))
         for merge in (True, False):
-            backend.runtime.merge_batched_calls = merge
+            backend.runtime.calls.merge_batched_calls = merge
             times["merged" if merge else "unmerged"].append(await wall_time(backend, SESSIONS))
-    backend.runtime.merge_batched_calls = True
+    backend.runtime.calls.merge_batched_calls = True
     return {name: min(values) for name, values in times.items()}
 
 

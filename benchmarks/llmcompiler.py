@@ -21,8 +21,8 @@ from typing import Any
 
 import anyio
 
-from evals.tools_tasks.game24 import grade_game24, load_game24
-from evals.tools_tasks.synthetic import SyntheticTask, default_task
+from evals.tasks.game24 import grade_game24, load_game24
+from evals.tasks.synthetic import SyntheticTask, default_task
 from paragen import Orchestrator, Problem, StrategyResult
 from paragen.strategy import Strategy
 from strategies.llmcompiler import LLMCompiler, ReAct

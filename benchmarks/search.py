@@ -16,11 +16,11 @@ strategy's and the scripted fakes' own work that lands on the critical path. Bot
 so the ratio depends on the latencies chosen: the run is repeated with longer ones (LONG_GEN_S,
 LONG_SCORE_S) for comparison. The scripted backend hands over a step's tokens as one read of an
 HTTP stream would (``coalesce``): all at once when they are due, not one event-loop trip each (which
-added 0.4 ms a depth with n choices per request, a cost of the fake and not of paragen). Both fakes
-deliver at their latency (``precise``), as a reply that wakes the loop on its socket does, not when
-the event loop's timer next fires: asyncio rounds the timer's epoll timeout up to whole
-milliseconds, which made every fake sleep 0.6 ms late on average, 1.2 ms a depth that was the fakes'
-and not paragen's. The same search with the fakes on the loop's timer is printed too, and so is the
+would add about 0.4 ms a depth with n choices per request, a cost of the fake and not of paragen).
+Both fakes deliver at their latency (``precise``), as a reply that wakes the loop on its socket does,
+not when the event loop's timer next fires: asyncio rounds the timer's epoll timeout up to whole
+milliseconds, which makes a fake on the timer sleep 0.6 ms late on average, 1.2 ms a depth that is
+the fakes' and not paragen's. The same search with the fakes on the loop's timer is printed too, and so is the
 loop floor of both kinds of sleep. Prints the table, then a JSON line whose
 ``beam_search_wall_over_ideal`` (the worse backend, at GEN_S and SCORE_S) should be at most 1.05.
 
@@ -40,14 +40,14 @@ from typing import Any
 
 import anyio
 
+from paragen._context import RunContext
+from paragen._timing import sleep_until
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.context import RunContext
 from paragen.orchestrator import Orchestrator
 from paragen.prompts import solve_messages
 from paragen.scoring import ScoreRequest, Scorers, ScriptedScorer
 from paragen.strategy import Strategy, StrategyConfig
-from paragen.timing import sleep_until
 from paragen.types import GenerateRequest, Problem, SamplingParams, StrategyResult
 from strategies.beam_search import BeamSearch
 

@@ -1,8 +1,8 @@
 """The n=8 strategy table on SmolLM2 (paragen engine, CPU): accuracy, latency, total and sequential tokens.
 
-A stand-in for the eval harness while it is being written: synthetic arith problems (the
-``evals.tasks.arith`` generator), one orchestrator, strategies run one after another, each
-over all problems with several in flight. The majority run's traces are also written as
+The same table without the eval harness: synthetic arith problems (the ``evals.tasks.arith``
+generator), one orchestrator, strategies run one after another, each over all problems with
+several in flight. The majority run's traces are also written as
 same-answer pairs to ``evals/data/judge_pairs.jsonl`` for ``benchmarks/judge_auroc.py``.
 
     python -m benchmarks.strategy_table --limit 20 --n 8 --max-tokens 192
@@ -38,8 +38,8 @@ PAIRS_PATH = Path("evals/data/judge_pairs.jsonl")
 class SplitChoices:
     """The engine with ``per_choice_abort`` switched off, so n samples run as n requests.
 
-    The table in docs/strategies.md was measured this way (it worked around a fan-out hang that
-    is fixed now); the engine still batches the requests step by step.
+    ``--split-requests``: FFS then runs as Async-FFS on the engine, which still batches the
+    requests step by step.
     """
 
     def __init__(self, inner: Any) -> None:

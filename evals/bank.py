@@ -23,7 +23,7 @@ from evals import bank_weighted
 from evals.metrics import bootstrap_ci, expected_maj_at_k
 from paragen.answers import extract_answer
 from paragen.types import Trace
-from strategies import confidence
+from strategies import _confidence as confidence
 
 if TYPE_CHECKING:
     from evals.records import EvalRecord
@@ -116,7 +116,7 @@ def mean_logprob(trace: Trace) -> float:
 
 
 def token_confidences(trace: Trace) -> list[float]:
-    """Per-token confidence of a recorded sample, higher = surer (``strategies.confidence``)."""
+    """Per-token confidence of a recorded sample, higher = surer (``strategies._confidence``)."""
     return confidence.token_confidences(trace.logprobs, trace.top_logprobs)
 
 

@@ -4,7 +4,7 @@
 
     paragen eval -t arith -s single,majority,ffs -n 1,4,8 --backend engine --limit 30 --out runs/NAME
 
-The flags it shares with `paragen run` are defined once, in paragen.cli_options.
+The flags it shares with `paragen run` are defined once, in paragen._cli_options.
     paragen report runs/NAME --format md --regrade --plot
 """
 
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from paragen import tracing
-from paragen.cli_options import (
+from paragen import _tracing as tracing
+from paragen._cli_options import (
+    BackendChoice,
     BackendOpt,
     BackendOpts,
     BaseUrlOpt,
@@ -36,10 +37,16 @@ from paragen.cli_options import (
     unique,
     validated,
 )
+from paragen._signals import until_terminated
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
-from paragen.signals import until_terminated
 from paragen.types import SamplingParams
+
+if TYPE_CHECKING:
+    from evals.records import EvalRecord
+    from evals.runner import EvalSpec
+    from evals.tasks import LoadedTask, Selection, Task
+    from evals.tasks.loading import SourceChoice
 
 PLOT_FILE = "pareto.png"
 EXIT_NO_RESULT = 1  # no problem got a result: every record is a backend error
@@ -157,47 +164,50 @@ def eval_command(
 ) -> None:
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
     from evals.plots import INSTALL_HINT, MISSING, can_plot, require_plotting
-    from evals.tasks import Selection, get_task
+    from evals.runner import EvalSpec, build_combos
+    from evals.tasks import get_task
 
     try:
         task_obj = get_task(task, question=question_field, answer=answer_field, id_field=id_field,
                             grading=grading, split=split)  # fmt: skip
         names = unique(_split(strategies), "--strategies")
-        _at_least(limit, 1, "--limit")
-        _at_least(offset, 0, "--offset")
+        selection = _selection(limit, offset, ids, shuffle)
         _at_least(max_concurrent, 1, "--max-concurrent")
-        selection = Selection(
-            limit=limit, offset=offset, ids=_split(ids), shuffle=shuffle is not None, seed=shuffle or 0
-        )
         seed_list = parse_seeds(seeds, seed)
-        settings = {
-            "strategies": names,
-            "ns": None if ns is None else unique(parse_ns(ns), "--n"),
-            "backend": choose_backend(backend, model=model, base_url=base_url, options=backend_opt),
-            "strategy_options": parse_strategy_options(strategy_opt, names),
-            "sampling": validated(
-                SamplingParams,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=seed_list[0] if len(seed_list) == 1 else seed,
-            ),
-            "seeds": seed_list if len(seed_list) > 1 else [],
-            "budget": validated(Budget, deadline_s=deadline, max_total_tokens=max_total_tokens),
-            "out": out,
-            "resume": resume,
-            "max_concurrent": max_concurrent,
-            "seed": shuffle or 0,
-            "progress": progress,
-            "source": _data_source(offline, hub),
-            "new_run": new_run,
-            "fail_fast": fail_fast,
-            "otlp_endpoint": otlp_endpoint,
-        }
+        n_list = None if ns is None else unique(parse_ns(ns), "--n")
+        chosen = choose_backend(backend, model=model, base_url=base_url, options=backend_opt)
+        options = parse_strategy_options(strategy_opt, names)
+        one_seed = seed_list[0] if len(seed_list) == 1 else seed
+        sampling = validated(SamplingParams, max_tokens=max_tokens, temperature=temperature, seed=one_seed)
+        budget = validated(Budget, deadline_s=deadline, max_total_tokens=max_total_tokens)
+        source = _data_source(offline, hub)
         check_otlp_endpoint(otlp_endpoint)
         check_out_folder(out)
         if plot:
             require_plotting()
-        records = run_sweep(task_obj, selection, settings)
+        # Every strategy at every n before a problem is loaded or a file written: a configuration that
+        # cannot run (ffs_k with k > n) stops the sweep before it starts.
+        combos = build_combos(names, n_list, options)
+        loaded = _problems(task_obj, selection, source)
+        spec = EvalSpec(
+            task=task_obj,
+            problems=loaded.problems,
+            combos=combos,
+            out=out,
+            backend_spec=chosen.shown,
+            data=loaded.source,
+            backend_options=chosen.options,
+            resume=resume,
+            new_run=new_run,
+            max_concurrent=max_concurrent,
+            sampling=sampling,
+            budget=budget,
+            seed=shuffle or 0,
+            seeds=seed_list if len(seed_list) > 1 else [],
+            progress=progress,
+            fail_fast=fail_fast,
+        )
+        records = run_sweep(spec, chosen, otlp_endpoint=otlp_endpoint)
     except ParagenError as exc:
         _fail(exc)
         return
@@ -209,13 +219,33 @@ def eval_command(
     _end_of_run(records)
 
 
-def _data_source(offline: bool, hub: bool) -> str:
+def _selection(limit: int | None, offset: int, ids: str, shuffle: int | None) -> Selection:
+    from evals.tasks import Selection
+
+    _at_least(limit, 1, "--limit")
+    _at_least(offset, 0, "--offset")
+    return Selection(
+        limit=limit, offset=offset, ids=_split(ids), shuffle=shuffle is not None, seed=shuffle or 0
+    )
+
+
+def _problems(task: Task, selection: Selection, source: SourceChoice) -> LoadedTask:
+    """The task's problems after ``selection``, saying where they came from when that needs saying."""
+    from evals.tasks import load_task
+
+    loaded = load_task(task, selection, source=source)
+    if loaded.source.note:
+        typer.echo(f"data: {loaded.source.describe()} ({loaded.source.note})", err=True)
+    return loaded
+
+
+def _data_source(offline: bool, hub: bool) -> SourceChoice:
     if offline and hub:
         raise ConfigError("--offline and --hub contradict each other", hint="give one of them")
     return "bundled" if offline else "hub" if hub else "auto"
 
 
-def _end_of_run(records: list[Any]) -> None:
+def _end_of_run(records: list[EvalRecord]) -> None:
     """Say how many records are not results; exit 3 when a run raised, 1 when no problem got a result."""
     from evals.runner import backend_failures
 
@@ -233,51 +263,24 @@ def _end_of_run(records: list[Any]) -> None:
         raise typer.Exit(EXIT_NO_RESULT)
 
 
-def run_sweep(task: Any, selection: Any, settings: dict[str, Any]) -> list[Any]:
-    """Check every configuration, load problems, build the backend, run the sweep.
-
-    Every strategy is built at every n before a problem is loaded or a file written, so a
-    configuration that cannot run (ffs_k with k > n) stops the sweep before it starts.
-    Returns the records in input order.
-    """
+def run_sweep(
+    spec: EvalSpec, backend: BackendChoice, *, otlp_endpoint: str | None = None
+) -> list[EvalRecord]:
+    """Build the backend and run the sweep of ``spec``; its records in input order."""
     import anyio
 
-    from evals.runner import EvalSpec, build_combos, run_eval
-    from evals.tasks import load_task
+    from evals.runner import run_eval
 
-    combos = build_combos(settings["strategies"], settings["ns"], settings["strategy_options"])
-    loaded = load_task(task, selection, source=settings["source"])
-    if loaded.source.note:
-        typer.echo(f"data: {loaded.source.describe()} ({loaded.source.note})", err=True)
-    backend = settings["backend"].build()
-    spec = EvalSpec(
-        task=task,
-        problems=loaded.problems,
-        combos=combos,
-        out=settings["out"],
-        backend_spec=settings["backend"].shown,
-        data=loaded.source,
-        backend_options=settings["backend"].options,
-        resume=settings["resume"],
-        new_run=settings["new_run"],
-        max_concurrent=settings["max_concurrent"],
-        sampling=settings["sampling"],
-        budget=settings["budget"],
-        seed=settings["seed"],
-        seeds=settings["seeds"],
-        progress=settings["progress"],
-        fail_fast=settings["fail_fast"],
-    )
+    built = backend.build()
 
-    async def main() -> list[Any]:
+    async def main() -> list[EvalRecord]:
         try:
-            return await run_eval(spec, backend)
+            return await run_eval(spec, built)
         finally:
-            await backend.aclose()
+            await built.aclose()
 
-    with tracing.configured(settings["otlp_endpoint"]):  # flushed before the command returns
-        records: list[Any] = anyio.run(until_terminated, main)
-    return records
+    with tracing.configured(otlp_endpoint):  # flushed before the command returns
+        return anyio.run(until_terminated, main)
 
 
 def report_command(

@@ -39,7 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paragen.config import Budget
-from paragen.errors import ConfigError
+from paragen.errors import ConfigError, describe_invalid
 from paragen.types import Problem, SamplingParams, StrategyResult
 
 RECORDS_FILE = "records.jsonl"
@@ -160,7 +160,7 @@ class EvalRecord(_Strict):
         return (self.task, self.problem.id, self.strategy, self.n, self.settings_id, seed)
 
     def to_line(self) -> str:
-        # Without a failure the line is what it was before ``failure`` existed: older readers read it.
+        # Without a failure the line carries no ``failure`` key, so readers that lack the field read it.
         exclude = {"failure"} if self.failure is None else None
         return self.model_dump_json(by_alias=True, exclude=exclude) + "\n"
 
@@ -250,10 +250,8 @@ def parse_record(line: str, path: Path, number: int) -> EvalRecord:
 
 
 def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(part) for part in err["loc"]) or "the line"
     more = exc.error_count() - 1
-    return f"{loc}: {err['msg']}" + (f" (and {more} more)" if more else "")
+    return describe_invalid(exc, whole="the line") + (f" (and {more} more)" if more else "")
 
 
 def read_records(run_dir: Path) -> list[EvalRecord]:

@@ -13,23 +13,8 @@ checks that every registered strategy is in one or the other). Its size is a par
 page); every count can also be set alone. Runs go to ``--runs`` and are resumed when the command
 is run again with the same settings.
 
-Time of the default (about 50 minutes on 2 quiet cores; rough, +-30%), from short runs on the
-2-core AMD EPYC box while it was shared with other agents (2026-11-25):
-- arith, each of the 23 settings on 3 problems (levels 3-5), one seed, 192 tokens, load average
-  1.1-3.8: 440 s in all, 147 s a problem (single 11 s per 3 problems, majority n=8 14, ffs 11-12,
-  adaptive 33, dynasor n=8 25, sr 31, pdr 34, rsa 43, hogwild 50; hogwild_text 307, so left out);
-- 8 problems in flight instead of 3 (the sweep's max_concurrent), back to back at load
-  about 5: 1.4x less time a problem (single 3.3x, majority n=8 1.3x, pdr 1.2x, hogwild 1.45x),
-  so about 105 s an arith problem for all settings;
-- GSM8K, the 5 settings on 1 problem, 320 tokens, load 4.7-6.6: 190 s (dynasor 75 of it), about
-  130 s a problem once batched and unloaded;
-- so 10 arith problems x 2 seeds x 105 s (35 min) + 4 GSM8K x 2 x 130 s (17 min) = about 52 min;
-  loaded as it was, per-setting times rose 0-30%, so a quiet machine should need 45-55 min;
-- the four verifier-guided search rows (added after that estimate): 12 arith problems of
-  majority and the four at n = 4 took 11 min at load about 5, about 12 s an arith problem per
-  search setting batched, so 10 x 2 x 4 x 12 s = 16 min more: about 65 min in all.
-- Measured: the default run took 48 min 24 s in all (47.8 min of runs: arith 41.7, GSM8K
-  6) on the same box, at commit fe241ab, while another session edited code beside it.
+The default takes about 50 minutes on 2 CPU cores (docs/evals.md); the page states its own runs'
+wall time and machine. ``hogwild_text`` is left out for its cost (EXCLUDED).
 """
 
 from __future__ import annotations
@@ -116,6 +101,10 @@ EXCLUDED = {
     "hogwild_text": "Hogwild!'s text approximation for backends without a shared KV cache; on the engine "
     "the real `hogwild` runs, and the approximation re-reads every worker's view each round: about "
     "100 s a problem on 2 CPU cores, a third of the hour for one setting",
+    "passthrough": "what `paragen serve` runs for a plain model name: the question sampled once with no "
+    "solve prompt and no answer extracted (single is that baseline)",
+    "tool_vote": "what `paragen serve` runs for majority-N with tools: a vote over tool calls, and "
+    "these tasks offer no tools",
 }
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -229,7 +229,7 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
     grader = Grader(workers=spec.grader_workers, equivalence=spec.task.equivalence)
     try:
         # The grading processes start and are waited for before any problem: started at the first
-        # answer, they took the CPU from the problems then in flight (the first strategy's latencies).
+        # answer, they would take the CPU from the problems then in flight (the first strategy's latencies).
         grader.start()
         await orch.open()
         for combo in spec.combos:  # a reward model that cannot be loaded fails here, before any record
@@ -240,9 +240,10 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
         write_run_info(spec.out, run_info)
         try:
             with _progress(spec.progress) as progress:
+                sweep = _Sweep(spec, orch, grader, writer, run_info, progress)
                 for sampling in seed_samplings(spec):
                     orch.defaults = sampling
-                    if await _run_combos(spec, orch, grader, writer, run_info, progress) and spec.fail_fast:
+                    if await sweep.run_combos() and spec.fail_fast:
                         break
         finally:
             if orch.metrics is not None:  # what this invocation ran, also when it was cut short
@@ -253,68 +254,80 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
     return ordered_records(spec, run_info, load_records(spec.out).latest())
 
 
-async def _run_combos(
-    spec: EvalSpec,
-    orch: Orchestrator,
-    grader: Grader,
-    writer: RecordWriter,
-    run_info: RunInfo,
-    progress: Progress,
-) -> bool:
-    """Every configuration at the orchestrator's current seed; True when a problem's run raised."""
-    failed = False
-    for combo in spec.combos:
-        failed = await _run_combo(spec, combo, orch, grader, writer, run_info, progress) or failed
-        if failed and spec.fail_fast:
-            break
-    return failed
+@dataclass
+class _Sweep:
+    """A sweep under way: what it runs, and where its outcomes go (graded, recorded, shown)."""
+
+    spec: EvalSpec
+    orch: Orchestrator
+    grader: Grader
+    writer: RecordWriter
+    run_info: RunInfo
+    progress: Progress
+
+    async def run_combos(self) -> bool:
+        """Every configuration at the orchestrator's current seed; True when a problem's run raised."""
+        failed = False
+        for combo in self.spec.combos:
+            failed = await self.run_combo(combo) or failed
+            if failed and self.spec.fail_fast:
+                break
+        return failed
+
+    async def run_combo(self, combo: Combo) -> bool:
+        """Run one configuration; True when a problem's run raised (with fail_fast: the first ends it)."""
+        spec, run_info, sampling = self.spec, self.run_info, self.orch.defaults
+        done = self.writer.done
+        todo = [
+            p for p in spec.problems if combo_key(spec, run_info, combo, p, seed=sampling.seed) not in done
+        ]
+        tally = _Tally()
+        bar = self.progress.add_task(
+            tally.text(combo), total=len(spec.problems), completed=len(spec.problems) - len(todo)
+        )
+        failed = False
+        async with self.orch.stream_outcomes(combo.strategy, todo) as finished:
+            async for index, outcome in finished:
+                problem = todo[index]
+                if isinstance(outcome, Exception):
+                    failed = True
+                    failure = failure_record(
+                        spec, combo, problem, exc=outcome, run_info=run_info, sampling=sampling
+                    )
+                    await self._record(failure)
+                    self.progress.update(bar, advance=1)
+                    if spec.fail_fast:
+                        return True
+                    continue
+                grades = await anyio.to_thread.run_sync(self.grader.grade_many, [(outcome, problem.gold)])
+                record = make_record(
+                    spec,
+                    combo,
+                    problem,
+                    result=outcome,
+                    grade=grades[0],
+                    run_info=run_info,
+                    sampling=sampling,
+                )
+                await self._record(record)
+                tally.add(grades[0], outcome)
+                self.progress.update(bar, advance=1, description=tally.text(combo))
+        return failed
+
+    async def _record(self, record: EvalRecord) -> None:
+        await anyio.to_thread.run_sync(self.writer.append, record)
 
 
-def combo_key(spec: EvalSpec, run_info: RunInfo, combo: Combo, problem: Problem, seed: int | None) -> Key:
+def combo_key(spec: EvalSpec, run_info: RunInfo, combo: Combo, problem: Problem, *, seed: int | None) -> Key:
     sid = settings_id(run_info.settings, combo.strategy.config.model_dump(mode="json"))
     return (spec.task.name, problem.id, combo.name, combo.n, sid, -1 if seed is None else seed)
-
-
-async def _run_combo(
-    spec: EvalSpec,
-    combo: Combo,
-    orch: Orchestrator,
-    grader: Grader,
-    writer: RecordWriter,
-    run_info: RunInfo,
-    progress: Progress,
-) -> bool:
-    """Run one configuration; True when a problem's run raised (with fail_fast: the first ends it)."""
-    seed = orch.defaults.seed
-    todo = [p for p in spec.problems if combo_key(spec, run_info, combo, p, seed) not in writer.done]
-    tally = _Tally()
-    bar = progress.add_task(
-        tally.text(combo), total=len(spec.problems), completed=len(spec.problems) - len(todo)
-    )
-    failed = False
-    async with orch.stream_outcomes(combo.strategy, todo) as finished:
-        async for index, outcome in finished:
-            problem = todo[index]
-            if isinstance(outcome, Exception):
-                failed = True
-                record = failure_record(spec, combo, problem, outcome, run_info, orch.defaults)
-                await anyio.to_thread.run_sync(writer.append, record)
-                progress.update(bar, advance=1)
-                if spec.fail_fast:
-                    return True
-                continue
-            grades = await anyio.to_thread.run_sync(grader.grade_many, [(outcome, problem.gold)])
-            record = make_record(spec, combo, problem, outcome, grades[0], run_info, orch.defaults)
-            await anyio.to_thread.run_sync(writer.append, record)
-            tally.add(grades[0], outcome)
-            progress.update(bar, advance=1, description=tally.text(combo))
-    return failed
 
 
 def make_record(
     spec: EvalSpec,
     combo: Combo,
     problem: Problem,
+    *,
     result: StrategyResult,
     grade: Grade,
     run_info: RunInfo,
@@ -345,6 +358,7 @@ def failure_record(
     spec: EvalSpec,
     combo: Combo,
     problem: Problem,
+    *,
     exc: Exception,
     run_info: RunInfo,
     sampling: SamplingParams | None = None,
@@ -360,7 +374,9 @@ def failure_record(
         message=str(exc),
         traceback="".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:],
     )
-    record = make_record(spec, combo, problem, result, grade, run_info, sampling)
+    record = make_record(
+        spec, combo, problem, result=result, grade=grade, run_info=run_info, sampling=sampling
+    )
     return record.model_copy(update={"failure": failure})
 
 
@@ -371,7 +387,7 @@ def ordered_records(spec: EvalSpec, run_info: RunInfo, records: Sequence[EvalRec
     for sampling in seed_samplings(spec):
         for combo in spec.combos:
             for problem in spec.problems:
-                found = by_key.get(combo_key(spec, run_info, combo, problem, sampling.seed))
+                found = by_key.get(combo_key(spec, run_info, combo, problem, seed=sampling.seed))
                 if found is not None:
                     ordered.append(found)
     return ordered

@@ -4,12 +4,15 @@ Run many samples (or cooperating workers) of one model at once and turn them int
 one better answer, sooner or cheaper than one long sample.
 """
 
+from paragen._api import asolve, solve
+from paragen._children import ChildTasks
+from paragen._context import RunContext
+from paragen._fanout import Fanout
+from paragen._live import LiveSample, Monitor
+from paragen._shared import RunSharedSession
 from paragen.answers import NO_ANSWER, equivalent, extract_answer, majority_vote
-from paragen.api import asolve, solve
 from paragen.backends.base import Backend, Capabilities, CompletionStream, SharedRow, SharedSample, generate
-from paragen.children import ChildTasks
 from paragen.config import Budget
-from paragen.context import RunContext
 from paragen.errors import (
     BackendError,
     BudgetExceededError,
@@ -17,11 +20,8 @@ from paragen.errors import (
     ParagenError,
     PluginNotFoundError,
 )
-from paragen.fanout import Fanout
-from paragen.live import LiveSample, Monitor
 from paragen.orchestrator import Orchestrator
 from paragen.scoring import Scorer, ScoreRequest, Scorers, StepScores
-from paragen.shared import SharedWorkers
 from paragen.strategy import BaseStrategy, Strategy, StrategyConfig, build_strategy, parallel_samples
 from paragen.types import (
     ChatMessage,
@@ -61,6 +61,7 @@ __all__ = [
     "PluginNotFoundError",
     "Problem",
     "RunContext",
+    "RunSharedSession",
     "RunUsage",
     "SamplingParams",
     "ScoreRequest",
@@ -68,7 +69,6 @@ __all__ = [
     "Scorers",
     "SharedRow",
     "SharedSample",
-    "SharedWorkers",
     "StepScores",
     "Strategy",
     "StrategyConfig",

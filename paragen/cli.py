@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paragen.cli_options import (
+from paragen._cli_options import (
     BackendOpt,
     BackendOpts,
     BaseUrlOpt,
@@ -26,18 +26,18 @@ from paragen.cli_options import (
     SeedOpt,
     StrategyOpts,
     TemperatureOpt,
-    build_backend,
     check_otlp_endpoint,
     check_out_file,
+    choose_backend,
     count_option,
     parse_strategy_options,
     validated,
 )
+from paragen._signals import Terminated
 from paragen.config import Budget
 from paragen.errors import ParagenError
 from paragen.registry import BACKEND_GROUP, COMMAND_GROUP, STRATEGY_GROUP, load, names
 from paragen.serve.cli import serve_command
-from paragen.signals import Terminated
 
 app = typer.Typer(
     name="paragen",
@@ -72,7 +72,7 @@ def run(
     otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Answer QUESTION with a strategy; print the answer, the traces and the accounting."""
-    from paragen.cli_run import cli_problem, execute_run
+    from paragen._cli_run import cli_problem, execute_run
     from paragen.strategy import build_strategy
     from paragen.types import SamplingParams
 
@@ -86,9 +86,16 @@ def run(
     if out is not None:
         check_out_file(out)
     check_otlp_endpoint(otlp_endpoint)
-    backend_obj, _ = build_backend(backend, model=model, base_url=base_url, options=backend_opt)
+    backend_obj = choose_backend(backend, model=model, base_url=base_url, options=backend_opt).build()
     execute_run(
-        problem, chosen, backend_obj, sampling, budget, as_json=as_json, out=out, otlp_endpoint=otlp_endpoint
+        problem,
+        chosen,
+        backend=backend_obj,
+        sampling=sampling,
+        budget=budget,
+        as_json=as_json,
+        out=out,
+        otlp_endpoint=otlp_endpoint,
     )
 
 

@@ -21,10 +21,19 @@ Cancellation is not an error: it propagates as the async library's cancellation.
 
 A run records a spent budget, a passed deadline and a backend failure in its result, also when
 they reach it wrapped in exception groups; anything else is a bug and propagates as itself
-(:mod:`paragen.outcome` decides, once, for the orchestrator).
+(:mod:`paragen._outcome` decides, once, for the orchestrator).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+T = TypeVar("T")
 
 
 class ParagenError(Exception):
@@ -119,3 +128,48 @@ class BackendProtocolError(BackendError):
 
 class EngineError(BackendError):
     """The in-process engine refused or failed a request."""
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidField:
+    """One problem pydantic found: the field's dotted path ("" for the value as a whole), the message
+    (without the "Value error, " pydantic puts before a validator's own) and pydantic's error type."""
+
+    field: str
+    message: str
+    type: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+def invalid_fields(exc: ValidationError) -> list[InvalidField]:
+    """Every problem of ``exc``, in pydantic's order."""
+    return [
+        InvalidField(
+            field=".".join(str(part) for part in err["loc"]),
+            message=str(err["msg"]).removeprefix("Value error, "),
+            type=err["type"],
+        )
+        for err in exc.errors()
+    ]
+
+
+def describe_invalid(exc: ValidationError, *, every: bool = False, whole: str = "") -> str:
+    """The first problem of ``exc`` as ``field: message`` (with ``every``, all of them, ``; ``-joined);
+    ``whole`` names the field of a problem of the value as a whole."""
+    found = invalid_fields(exc)
+    named = [InvalidField(p.field or whole, p.message, p.type) for p in found[: None if every else 1]]
+    return "; ".join(str(p) for p in named)
+
+
+def build_config(
+    model: Callable[..., T], options: Mapping[str, Any], *, what: str, hint: str | None = None
+) -> T:
+    """``model(**options)``, or one ConfigError naming every bad option: ``bad {what}: FIELD: WHY; ...``."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**options)
+    except ValidationError as exc:
+        raise ConfigError(f"bad {what}: {describe_invalid(exc, every=True)}", hint=hint) from exc

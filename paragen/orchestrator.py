@@ -5,7 +5,7 @@ goes wrong inside a strategy into a recorded result, with the traces so far and 
 accounting: a spent budget ends the run as ``stop_reason="budget"``, a passed deadline
 as ``"deadline"``, a backend failure that escapes the strategy as ``"error"``, also when
 they come wrapped in exception groups (a strategy's task groups wrap what leaves them) at
-any depth; :mod:`paragen.outcome` is the one place that decides. Only cancellation from
+any depth; :mod:`paragen._outcome` is the one place that decides. Only cancellation from
 outside and programmer errors (bugs) propagate, a bug as itself, never as a group, and
 a bug wins over a budget or backend error in the same group.
 """
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from paragen import tracing
-from paragen.accounting import summarize
+from paragen import _tracing as tracing
+from paragen._accounting import summarize
+from paragen._context import RunContext
+from paragen._ledger import Ledger
+from paragen._outcome import StopReason, classify, leaves
 from paragen.backends.base import Backend, open_backend
 from paragen.config import Budget
-from paragen.context import RunContext
 from paragen.errors import ConfigError
 from paragen.events import EventSink, RunEnded
-from paragen.ledger import Ledger
-from paragen.outcome import StopReason, classify, leaves
 from paragen.scoring.llm import check_logprobs
 from paragen.scoring.pool import LLM_VERIFIER, Scorers
 from paragen.strategy import Strategy, build_strategy
@@ -160,7 +160,7 @@ class Orchestrator:
         result, stop_reason, error = await self._execute(strategy, problem, ctx)
         if ledger.budget_hit and stop_reason == "done" and result is None:
             stop_reason = "budget"
-        result = self._complete(result, ctx, ledger, stop_reason, error)
+        result = self._complete(result, ctx, ledger=ledger, stop_reason=stop_reason, error=error)
         result.config = strategy.config.model_dump(mode="json")
         if on_event is not None:
             on_event(RunEnded(result=result))
@@ -169,7 +169,7 @@ class Orchestrator:
     async def _execute(
         self, strategy: Strategy, problem: Problem, ctx: RunContext
     ) -> tuple[StrategyResult | None, StopReason, str | None]:
-        """The strategy's result, or None and why the run ended; see paragen.outcome."""
+        """The strategy's result, or None and why the run ended; see paragen._outcome."""
         deadline = self.budget.deadline_s
         failure: BaseException | None = None
         result: StrategyResult | None = None
@@ -192,6 +192,7 @@ class Orchestrator:
         self,
         result: StrategyResult | None,
         ctx: RunContext,
+        *,
         ledger: Ledger,
         stop_reason: StopReason,
         error: str | None,
@@ -204,25 +205,16 @@ class Orchestrator:
                 trace.end, trace.status, trace.cancel_reason = latency, "cancelled", stop_reason
                 if tracer is not None:
                     tracer.trace_ended(trace)
-        usage = summarize(traces, latency_s=latency)
-        if result is None:
-            return StrategyResult(
-                strategy=ctx.strategy_name,
-                problem_id=ctx.problem.id,
-                answer=None,
-                stop_reason=stop_reason,
-                error=error,
-                traces=list(traces),
-                usage=usage,
-            )
-        if stop_reason == "done":  # the strategy's own verdict stands unless the budget cut it short
+        if result is None:  # no result of the strategy's own: an empty one, its ending filled in below
+            result = ctx.finish(None)
+        elif stop_reason == "done":  # the strategy's own verdict stands unless the budget cut it short
             # A strategy that reports "error" after the budget stopped its samples failed for want of them.
             spent = ledger.budget_hit and result.stop_reason in ("done", "error")
             stop_reason = "budget" if spent else result.stop_reason
         return result.model_copy(
             update={
                 "traces": list(traces),
-                "usage": usage,
+                "usage": summarize(traces, latency_s=latency),
                 "stop_reason": stop_reason,
                 "error": error or result.error,
             }

@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from paragen.context import RunContext
-from paragen.errors import ConfigError
+from paragen._context import RunContext
+from paragen.errors import ConfigError, describe_invalid
 from paragen.types import Problem, StrategyResult
 
 
@@ -63,14 +63,9 @@ class BaseStrategy(Generic[ConfigT]):
             return cls.Config.model_validate(values)
         except ValidationError as exc:
             raise ConfigError(
-                f"strategy {cls.name!r}: {_first_error(exc)}", hint=_fields_hint(cls.Config)
+                f"strategy {cls.name!r}: {describe_invalid(exc, whole='config')}",
+                hint=_fields_hint(cls.Config),
             ) from exc
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "config"
-    return f"{where}: {err['msg']}"
 
 
 def _fields_hint(config: type[BaseModel]) -> str:

@@ -8,6 +8,7 @@ token or chunk), so it is a slotted dataclass instead.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -99,6 +100,13 @@ class ToolOptions(Model):
     parallel_tool_calls: bool | None = None
 
 
+ToolVoteRule = Literal["name", "arguments", "hierarchical"]
+"""What makes two samples' tool calls one ballot in a vote over them (the ``tool_vote`` strategy)."""
+
+TextSink = Callable[[str], None]
+"""Receives a sample's text as it grows, piece by piece (for streaming it to a client)."""
+
+
 class GenerateRequest(Model):
     """What a backend is asked for: a raw prompt or chat messages, sampled ``n`` times.
 
@@ -153,7 +161,7 @@ class Delta:
     best alternatives' log-probabilities per token (for confidence measures).
     The last delta of a choice carries its ``finish_reason``. ``tool_calls`` are pieces of
     function calls as OpenAI streams them (``{"index", "id", "type", "function": {"name",
-    "arguments"}}``, arguments in pieces); :func:`paragen.tool_calls.merge` joins them.
+    "arguments"}}``, arguments in pieces); :func:`paragen._tool_calls.merge` joins them.
     """
 
     index: int

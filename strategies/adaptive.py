@@ -13,10 +13,10 @@ from math import comb
 from pydantic import Field
 
 from paragen import BaseStrategy, RunContext, StrategyConfig
-from paragen.answers import extract_answer, vote_counts
+from paragen.answers import vote_counts
 from paragen.prompts import solve_messages
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
-from strategies.majority import finish_vote
+from strategies._toolkit import annotate, vote_finish
 
 
 def beta_leader_probability(v1: int, v2: int) -> float:
@@ -66,13 +66,12 @@ class AdaptiveConsistency(BaseStrategy[AdaptiveConfig]):
             if await self._batch(ctx, request.with_params(seed=seed), size, seen):
                 ctx.emit("adaptive_consistency stopped", samples=len(seen))
                 break
-        return finish_vote(ctx, seen)
+        return vote_finish(ctx, seen)
 
     async def _batch(self, ctx: RunContext, request: GenerateRequest, size: int, seen: list[Trace]) -> bool:
         async with ctx.fanout(request, n=size, label="sample") as fan:
             async for trace in fan:
-                trace.answer = extract_answer(trace.text) if trace.is_ok else None
-                seen.append(trace)
+                seen.append(annotate(trace))
                 if should_stop([t.answer for t in seen], self.config.n, self.config.threshold):
                     await fan.cancel("settled")
                     return True

@@ -19,8 +19,8 @@ from pydantic import Field
 
 from paragen import BaseStrategy, RunContext
 from paragen.types import Problem, StrategyResult
-from strategies.search_common import Path, TreeFields, weighted_finish
-from strategies.search_steps import StepSearch, check_continuation
+from strategies._search_common import Path, TreeFields, weighted_finish
+from strategies._search_steps import StepSearch, check_continuation
 
 
 class BeamSearchConfig(TreeFields):

@@ -17,7 +17,6 @@ from pydantic import Field
 
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, extract_answer
-from paragen.errors import ConfigError
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
 
@@ -46,11 +45,7 @@ class BudgetForcing(BaseStrategy[BudgetForcingConfig]):
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         cfg = self.config
-        if not ctx.capabilities.continue_final:
-            raise ConfigError(
-                "budget forcing needs a backend that continues a prefilled reply",
-                hint="use the engine, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)",
-            )
+        ctx.require_continuation("budget forcing needs a backend that continues a prefilled reply")
         text, used, waits, last = cfg.think_open, 0, 0, None
         while True:
             trace = await ctx.sample(

@@ -25,7 +25,7 @@ from paragen import BaseStrategy, LiveSample, Monitor, RunContext, StrategyConfi
 from paragen.answers import ExtractMode, answer_key
 from paragen.errors import ConfigError
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
-from strategies.confidence import (
+from strategies._confidence import (
     ScoreMethod,
     confident_vote,
     group_confidences,
@@ -35,9 +35,9 @@ from strategies.confidence import (
     trace_confidence,
     trace_score,
 )
-from strategies.toolkit import annotate, overrides, solve_request, vote_finish
+from strategies._toolkit import annotate, overrides, solve_request, vote_finish
 
-# -- pure parts (the confidence math itself is in strategies.confidence) -------------------------
+# -- pure parts (the confidence math itself is in strategies._confidence) -------------------------
 
 
 def leader_share(answers: Sequence[str | None], weights: Sequence[float]) -> float:
@@ -234,7 +234,7 @@ class _Batch:
     threshold: float
 
 
-__all__ = [  # the confidence math is re-exported: it was defined here first
+__all__ = [  # the confidence math is re-exported: importers of it from here keep working
     "DeepConf",
     "DeepConfConfig",
     "DeepConfOnline",

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from paragen import BaseStrategy, RunContext
 from paragen.types import Problem, StrategyResult
+from strategies._search_common import Path, TreeFields, weighted_finish
+from strategies._search_steps import StepSearch, check_continuation
 from strategies.beam_search import rank
-from strategies.search_common import Path, TreeFields, weighted_finish
-from strategies.search_steps import StepSearch, check_continuation
 
 
 class DVTSConfig(TreeFields):

@@ -26,9 +26,8 @@ from pydantic import Field, model_validator
 
 from paragen import BaseStrategy, LiveSample, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, answer_key, equivalent
-from paragen.errors import ConfigError
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
-from strategies.toolkit import annotate, overrides, solve_request, vote_finish
+from strategies._toolkit import annotate, overrides, solve_request, vote_finish
 
 PROBE_TEXT = "\n\nLet me stop here and state the answer my reasoning supports so far.\nFinal answer: \\boxed{"
 
@@ -109,11 +108,9 @@ class Dynasor(BaseStrategy[DynasorConfig]):
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         cfg = self.config
-        if not ctx.capabilities.continue_final:
-            raise ConfigError(
-                "dynasor probes a sample by continuing its text, which this backend cannot do",
-                hint="use the engine, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)",
-            )
+        ctx.require_continuation(
+            "dynasor probes a sample by continuing its text, which this backend cannot do"
+        )
         watches: dict[int, _Watch] = {}
 
         async def monitor(live: LiveSample) -> None:

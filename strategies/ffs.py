@@ -24,7 +24,7 @@ from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
 from paragen.errors import ConfigError
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
-from strategies.toolkit import annotate, overrides, prefixed_request, solve_request, vote_finish
+from strategies._toolkit import annotate, overrides, prefixed_request, solve_request, vote_finish
 
 # Short openers that nudge samples apart (paragen's own list, after the idea of art_of_tts).
 OPENERS: tuple[str, ...] = (

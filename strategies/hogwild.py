@@ -28,16 +28,16 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from paragen import BaseStrategy, RunContext, SharedRow, SharedWorkers, StrategyConfig
+from paragen import BaseStrategy, RunContext, RunSharedSession, SharedRow, StrategyConfig
 from paragen.answers import extract_answer, last_boxed
 from paragen.errors import ConfigError
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, Problem, StrategyResult, Trace
-from strategies.hogwild_prompts import NAMES, HogwildPrompts, ends_step, finisher_answer
-from strategies.hogwild_reference import REFERENCE_PROMPTS
+from strategies._hogwild_prompts import NAMES, HogwildPrompts, ends_step, finisher_answer
+from strategies._hogwild_reference import REFERENCE_PROMPTS
 
 Layout = Literal["contiguous", "interleaved", "combined"]
-Protocol = Literal["paragen", "reference"]
+ProtocolPreset = Literal["paragen", "reference"]
 
 # What the ``reference`` protocol sets, unless the config sets a field itself.
 _REFERENCE_DEFAULTS: dict[str, Any] = {
@@ -55,7 +55,7 @@ _SUPPRESSED_TEXTS = ("</think>", "#", "##", "###", "####", " #", " ##", " ###")
 class HogwildConfig(StrategyConfig):
     workers: int = Field(default=2, ge=1, le=len(NAMES), description="workers writing at once")
     layout: Layout = Field(default="combined", description="how each worker's view is built")
-    protocol: Protocol = Field(
+    protocol: ProtocolPreset = Field(
         default="paragen",
         description="preset: 'reference' follows the reference code (instructions and a worked example in "
         "the user turn, nudge over all workers' tokens, re-encoded finisher, answer anywhere)",
@@ -101,7 +101,9 @@ class _Worker:
 
 
 @dataclass(slots=True)
-class _Shared:
+class _LayoutSegments:
+    """The segments every worker's view holds: the prompt and the layout's headers."""
+
     prompt: int
     past: int = -1  # "### Past steps", then every finished step folded onto its end
     others: int = -1
@@ -125,19 +127,19 @@ class Hogwild(BaseStrategy[HogwildConfig]):
         cfg = self.config
         params: dict[str, Any] = {} if cfg.temperature is None else {"temperature": cfg.temperature}
         reencode: tuple[str, list[int]] | None = None
-        async with ctx.shared_workers(cfg.workers, names=NAMES[: cfg.workers], **params) as workers:
-            team = _Team(cfg, workers, _pass_budget(cfg, ctx))
+        async with ctx.shared_session(cfg.workers, names=NAMES[: cfg.workers], **params) as session:
+            team = _Team(cfg, session, _pass_budget(cfg, ctx))
             if cfg.workers == 1:
                 await team.plain(problem.question)
             else:
                 await team.collaborate(problem.question)
-            if team.answer is None and not team.eos and workers.stop_reason is None:
+            if team.answer is None and not team.eos and session.stop_reason is None:
                 if cfg.answer_anywhere:
                     team.answer = last_boxed(team.flattened())
                 if team.answer is None and cfg.finisher_mode == "view":
                     await team.finish()
                 elif team.answer is None:  # after the session: the shared cache is freed first
-                    reencode = team.flattened(), [t.id for t in workers.traces]
+                    reencode = team.flattened(), [t.id for t in session.traces]
         if reencode is not None:
             await team.finish_reencoded(ctx, self._messages(problem), *reencode)
         return ctx.finish(team.answer, text=team.transcript(), metrics=team.metrics())
@@ -159,13 +161,13 @@ def _pass_budget(cfg: HogwildConfig, ctx: RunContext) -> int:
 class _Team:
     """One run's state: the segments, the workers, the history of finished steps."""
 
-    def __init__(self, cfg: HogwildConfig, workers: SharedWorkers, budget: int) -> None:
+    def __init__(self, cfg: HogwildConfig, session: RunSharedSession, budget: int) -> None:
         self.cfg = cfg
         self.prompts = cfg.prompts
-        self.io = workers
+        self.io = session
         self.budget = budget
         self.team: list[_Worker] = []
-        self.shared = _Shared(prompt=-1)
+        self.common = _LayoutSegments(prompt=-1)
         self.history_texts: list[str] = []
         self.since_nudge = 0
         self.nudges = 0
@@ -175,7 +177,7 @@ class _Team:
         self.eos = False  # plain decoding ended with the end-of-sequence token
         # Room kept in every view for a step header, the finisher's prompt and its tokens (tokenized
         # once: has_room checks it every pass).
-        self.reserve = 64 + len(workers.tokenize(cfg.prompts.finisher)) + cfg.finisher_tokens
+        self.reserve = 64 + len(session.tokenize(cfg.prompts.finisher)) + cfg.finisher_tokens
 
     # -- plain decoding (one worker) -------------------------------------------------------------
 
@@ -183,7 +185,7 @@ class _Team:
         io = self.io
         messages = [m.model_dump() for m in solve_messages(question)]
         segment = await io.new_segment()
-        self.shared.prompt = segment
+        self.common.prompt = segment
         prompt_ids = io.tokenize(io.apply_chat_template(messages))
         (sample,) = await io.prefill([SharedRow(0, [segment], prompt_ids)], first_token_for=0)
         worker = _Worker(0, segment, [sample.token_id])
@@ -207,7 +209,7 @@ class _Team:
 
     async def collaborate(self, question: str) -> None:
         io, count = self.io, self.cfg.workers
-        own = await self._prefill_shared(question)
+        own = await self._prefill_common(question)
         self.team = [_Worker(i, own[i], io.tokenize(self.prompts.opener(i))) for i in range(count)]
         suppress = self._suppressed()
         while io.num_forward_passes < self.budget and self.answer is None:
@@ -223,41 +225,41 @@ class _Team:
         answers = [last_boxed(io.text(w.index)) for w in self.team]
         io.end("stop" if self.answer is not None else "length", answers=answers)
 
-    async def _prefill_shared(self, question: str) -> list[int]:
+    async def _prefill_common(self, question: str) -> list[int]:
         """The prompt and the layout's headers, written in one pass; returns the workers' segments.
 
         Every segment the run starts with comes from one call, and the headers are written beside
         the prompt they follow (rows write before any row reads): at a session's start each round
         trip to the engine could wait behind a pass of the other sessions.
         """
-        io, prompts, shared, count = self.io, self.prompts, self.shared, self.cfg.workers
+        io, prompts, common, count = self.io, self.prompts, self.common, self.cfg.workers
         texts = [prompts.past_header, prompts.others_header, prompts.own_header]
         texts += [prompts.cut_marker] * (count - 1)
-        shared.prompt, *segments = await io.new_segments(1 + len(texts) + count)
+        common.prompt, *segments = await io.new_segments(1 + len(texts) + count)
         headers, own = segments[: len(texts)], segments[len(texts) :]
-        shared.past, shared.others, shared.own, *shared.cuts = headers
+        common.past, common.others, common.own, *common.cuts = headers
         messages = prompts.messages(question, count)
-        rows = [SharedRow(0, [shared.prompt], io.tokenize(io.apply_chat_template(messages)))]
+        rows = [SharedRow(0, [common.prompt], io.tokenize(io.apply_chat_template(messages)))]
         for header, text in zip(headers, texts, strict=True):
-            rows.append(SharedRow(0, [shared.prompt, header], io.tokenize(text)))
+            rows.append(SharedRow(0, [common.prompt, header], io.tokenize(text)))
         await io.prefill(rows)
         return own
 
     def view(self, worker: _Worker) -> list[int]:
         """The worker's view: segment ids in order; its own current step last (written to)."""
-        shared, others = self.shared, [w for w in self.team if w is not worker]
+        common, others = self.common, [w for w in self.team if w is not worker]
         layout = self.cfg.layout
         if layout == "interleaved":
-            return [shared.prompt, shared.past, worker.segment]
+            return [common.prompt, common.past, worker.segment]
         if layout == "contiguous":
-            view = [shared.prompt]
-            for other, cut in zip(others, shared.cuts, strict=False):
+            view = [common.prompt]
+            for other, cut in zip(others, common.cuts, strict=False):
                 view += [*other.done, other.segment, cut]
             return [*view, *worker.done, worker.segment]
-        view = [shared.prompt, shared.past, shared.others]
-        for other, cut in zip(others, shared.cuts, strict=False):
+        view = [common.prompt, common.past, common.others]
+        for other, cut in zip(others, common.cuts, strict=False):
             view += [other.segment, cut]
-        return [*view, shared.own, worker.segment]
+        return [*view, common.own, worker.segment]
 
     def _suppressed(self) -> list[int]:
         ids = set(self.io.eos_token_ids)
@@ -292,7 +294,7 @@ class _Team:
         """
         io, step = self.io, worker.segment
         if self.cfg.layout != "contiguous":
-            into = self.shared.past
+            into = self.common.past
         elif worker.done:
             into = worker.done[0]  # each worker's finished steps, one segment
         else:

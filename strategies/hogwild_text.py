@@ -26,8 +26,8 @@ from paragen import BaseStrategy, LiveSample, RunContext, StrategyConfig
 from paragen.answers import last_boxed
 from paragen.errors import ConfigError
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
+from strategies._hogwild_prompts import NAMES, STEP_SEPARATOR, HogwildPrompts, ends_step, finisher_answer
 from strategies.hogwild import Layout
-from strategies.hogwild_prompts import NAMES, STEP_SEPARATOR, HogwildPrompts, ends_step, finisher_answer
 
 
 class HogwildTextConfig(StrategyConfig):

@@ -7,10 +7,10 @@ from typing import Any
 from pydantic import Field
 
 from paragen import BaseStrategy, RunContext
-from paragen.answers import extract_answer, majority_vote, vote_counts
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, Problem, StrategyResult, Trace
-from strategies.finisher import FinisherFields, check_finisher, needs_finisher, run_finisher
+from strategies._finisher import FinisherFields, check_finisher, needs_finisher, run_finisher
+from strategies._toolkit import annotate, vote_finish
 
 
 class MajorityConfig(FinisherFields):
@@ -34,11 +34,10 @@ class Majority(BaseStrategy[MajorityConfig]):
         finished: list[Trace] = []
         async with ctx.fanout(request, n=self.config.n) as fan:
             async for trace in fan:
-                trace.answer = extract_answer(trace.text) if trace.is_ok else None
-                finished.append(trace)
+                finished.append(annotate(trace))
         if self.config.finisher:
             await self._finish_cut_off(ctx, messages, finished)
-        return finish_vote(ctx, finished)
+        return vote_finish(ctx, finished)
 
     async def _finish_cut_off(
         self, ctx: RunContext, messages: list[ChatMessage], traces: list[Trace]
@@ -52,15 +51,3 @@ class Majority(BaseStrategy[MajorityConfig]):
             for trace in traces:
                 if needs_finisher(trace):
                     children.start(finish, trace)
-
-
-def finish_vote(ctx: RunContext, traces: list[Trace], weights: list[float] | None = None) -> StrategyResult:
-    """Vote over ``traces``' answers and finish with the first trace that gave the winner as its text."""
-    answers = [t.answer for t in traces]
-    winner = majority_vote(answers, weights)
-    text = next((t.text for t in traces if t.answer == winner), None) if winner is not None else None
-    counts = vote_counts(answers)
-    top = next(iter(counts.values()), 0)
-    return ctx.finish(
-        winner, text=text, metrics={"votes_for_winner": float(top), "distinct_answers": len(counts)}
-    )

@@ -14,7 +14,7 @@ from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
-from strategies.toolkit import annotate, overrides, vote_finish
+from strategies._toolkit import annotate, overrides, vote_finish
 
 PREFILL = "<think>\nThe thinking is done; time to write the answer.\n</think>\n\n"
 DIRECT = "Answer directly, without working it out step by step. Give the final answer as \\boxed{ANSWER}."

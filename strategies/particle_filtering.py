@@ -23,8 +23,8 @@ from pydantic import Field
 
 from paragen import BaseStrategy, RunContext
 from paragen.types import Problem, StrategyResult
-from strategies.search_common import Path, StepFields, weighted_finish
-from strategies.search_steps import StepSearch, check_continuation
+from strategies._search_common import Path, StepFields, weighted_finish
+from strategies._search_steps import StepSearch, check_continuation
 
 EPS = 1e-7  # its_hub clips scores to [eps, 1 - eps] before the logit
 

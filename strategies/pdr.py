@@ -25,7 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from paragen import BaseStrategy, RunContext, Strategy, StrategyConfig, build_strategy, parallel_samples
 from paragen.answers import ExtractMode, majority_vote
 from paragen.types import Problem, StrategyResult, Trace
-from strategies.distill import (
+from strategies._distill import (
     SELECTORS,
     Draft,
     agreement_scores,
@@ -33,7 +33,7 @@ from strategies.distill import (
     global_summary,
     load_scorer,
 )
-from strategies.toolkit import annotate, overrides, solve_request
+from strategies._toolkit import annotate, overrides, solve_request
 
 Operator = Literal["global_summary", "shared_topk", "per_sample_topk", "random_k"]
 

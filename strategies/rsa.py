@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
 from paragen.types import Problem, StrategyResult, Trace
-from strategies.toolkit import annotate, overrides, solve_request, vote_finish
+from strategies._toolkit import annotate, overrides, solve_request, vote_finish
 
 AGGREGATE_TEMPLATE = (
     "{question}\n\nBelow are {k} candidate solutions to this problem, each written independently. "

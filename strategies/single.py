@@ -10,7 +10,7 @@ from paragen import BaseStrategy, RunContext
 from paragen.answers import extract_answer
 from paragen.prompts import solve_messages
 from paragen.types import Problem, StrategyResult
-from strategies.finisher import FINISHER_TEXT, FinisherFields, check_finisher, needs_finisher, run_finisher
+from strategies._finisher import FINISHER_TEXT, FinisherFields, check_finisher, needs_finisher, run_finisher
 
 
 class SingleConfig(FinisherFields):

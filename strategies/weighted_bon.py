@@ -17,8 +17,8 @@ from pydantic import Field
 
 from paragen import BaseStrategy, RunContext
 from paragen.types import Problem, StrategyResult, Trace
-from strategies.search_common import Path, VerifierFields, split_steps, weighted_finish
-from strategies.toolkit import annotate, overrides, solve_request
+from strategies._search_common import Path, VerifierFields, split_steps, weighted_finish
+from strategies._toolkit import annotate, overrides, solve_request
 
 
 class WeightedBoNConfig(VerifierFields):

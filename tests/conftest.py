@@ -1,10 +1,18 @@
-"""Shared fixtures: anyio on asyncio, and offline switches so no test waits on a network."""
+"""Shared fixtures: anyio on asyncio, offline switches so no test waits on a network, SmolLM2's
+checkpoint and tiny random-init models dressed in its tokenizer, and an in-memory span exporter."""
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -14,3 +22,91 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """paragen's tracing on for the test, its spans kept in memory to be read; off again after."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from paragen import _tracing as tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.enable(provider)
+    yield exporter
+    tracing.disable()
+
+
+@pytest.fixture(scope="session")
+def smol_dir() -> Path:
+    """SmolLM2-135M-Instruct as a safetensors checkpoint (converted from the GGUF once, then cached);
+    the test is skipped where it is not installed."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from paragen.engine import loader
+
+    try:
+        loader.default_model_path()
+    except Exception as exc:
+        pytest.skip(f"default model not installed: {exc}")
+    return loader.resolve(None)
+
+
+# The shape every tiny model shares; a test's own fields go over it.
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "tie_word_embeddings": False}
+TinyModel = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> TinyModel:
+    """Builds a random-init checkpoint with SmolLM2's tokenizer and returns its folder::
+
+        tiny_model(name, "LlamaForCausalLM", num_attention_heads=4, ...)
+
+    ``model_class`` names a transformers class, built from its config class with TINY's shape and
+    the given fields (``vocab_size`` and ``eos_token_id`` the tokenizer's; ``pad``: its pad token,
+    else eos), after ``torch.manual_seed(seed)``. ``special_tokens`` are added to the tokenizer,
+    ``init`` may change the weights, and ``save`` writes the model itself (default: save_pretrained).
+    """
+
+    def build(
+        name: str,
+        model_class: str,
+        *,
+        seed: int = 0,
+        special_tokens: Sequence[str] = (),
+        pad: bool = False,
+        init: Callable[[Any], None] | None = None,
+        save: Callable[[Any, Path], None] | None = None,
+        **fields: Any,
+    ) -> Path:
+        transformers: Any = importlib.import_module("transformers")
+        torch: Any = importlib.import_module("torch")
+        tokenizer = transformers.AutoTokenizer.from_pretrained(smol_dir)
+        if special_tokens:
+            tokenizer.add_special_tokens({"additional_special_tokens": list(special_tokens)})
+        shape = {**TINY, "vocab_size": len(tokenizer), "eos_token_id": tokenizer.eos_token_id}
+        if pad:
+            shape["pad_token_id"] = (
+                tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+            )
+        cls = getattr(transformers, model_class)
+        config = cls.config_class(**{**shape, **fields})
+        torch.manual_seed(seed)
+        model = cls(config)
+        if init is not None:
+            init(model)
+        out: Path = tmp_path_factory.mktemp(name) / name
+        (save or _save_pretrained)(model, out)
+        tokenizer.save_pretrained(out)
+        return out
+
+    return build
+
+
+def _save_pretrained(model: Any, out: Path) -> None:
+    model.save_pretrained(out)

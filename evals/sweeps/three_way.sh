@@ -14,8 +14,8 @@ model=$(.venv/bin/python -c "from paragen.engine.loader import resolve; print(re
 sweep=(-t arith --limit "$limit" -s single,majority,ffs --n 4,8 --max-tokens 256 --temperature 0.7
        --seed 0 --offline --no-progress "$@")
 # vLLM's CPU settings: KV cache in GiB, threads as the engine's, no core binding on a shared machine,
-# float32 weights as the engine's (bf16, vLLM's default here, ran 4.1x slower on this CPU, which has
-# no native bf16: 14.0 against 57.9 tokens/s for 32 choices of 64 tokens, measured side by side).
+# float32 weights as the engine's (bf16, vLLM's default here, is several times slower on a CPU without
+# native bf16: docs/openai-backend.md has the figures).
 export VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=$threads
 
 .venv/bin/paragen eval "${sweep[@]}" -o "$out/engine" --backend-opt "threads=$threads"

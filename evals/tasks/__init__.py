@@ -12,7 +12,7 @@ from pathlib import Path
 
 from evals.tasks.base import DATA_DIR, Fields, HubSource, Task
 from evals.tasks.loading import LoadedTask, Selection, hub_offline, load_problems, load_rows, load_task
-from evals.tools_tasks import TOOL_TASKS
+from evals.tasks.tools import TOOL_TASKS, tool_task
 from paragen.answers import ExtractMode
 from paragen.errors import ConfigError
 
@@ -40,9 +40,7 @@ def get_task(
     if spec in BUILTIN:
         task: Task = importlib.import_module(f"evals.tasks.{spec}").TASK
         return task if grading is None else _replace_grading(task, grading)
-    if spec in TOOL_TASKS:  # the tool-use benchmarks, imported only when asked for
-        from evals.tools_tasks import tool_task
-
+    if spec in TOOL_TASKS:  # the tool-use benchmarks, their rows read only when asked for
         return tool_task(spec)
     fields = Fields(question or "problem", answer or "answer", id_field)
     mode = _mode(grading or "auto")

@@ -30,10 +30,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from paragen.engine.shared_types import SharedRow as SharedRow
-from paragen.engine.shared_types import SharedSample as SharedSample
+from paragen._tool_calls import merge
+from paragen.engine.hogwild.types import SharedRow as SharedRow
+from paragen.engine.hogwild.types import SharedSample as SharedSample
 from paragen.errors import ConfigError
-from paragen.tool_calls import merge
 from paragen.types import Completion, Delta, GenerateRequest, SamplingParams, Usage
 
 
@@ -95,12 +95,16 @@ async def open_backend(backend: Backend) -> None:
 
 
 @runtime_checkable
-class SharedCacheSession(Protocol):
+class SharedSession(Protocol):
     """Hogwild!-style workers over one KV cache of segments (``Capabilities.shared_cache``).
 
     A segment is a run of tokens whose keys are stored rotated at segment-local positions; a view is an
     ordered list of segments, each placed at the summed length of those before it. Rows of one forward
     must write to distinct segments.
+
+    The same session at each layer: the engine's ``EngineSharedSession`` (paragen/engine/hogwild),
+    the engine backend's ``AsyncSharedSession`` over it, the scripted backend's
+    ``ScriptedSharedSession``, and the run's ``RunSharedSession`` (paragen/_shared.py) around any of them.
     """
 
     eos_token_ids: frozenset[int]
@@ -146,15 +150,15 @@ class SharedCacheSession(Protocol):
 
 
 @runtime_checkable
-class SharedCacheBackend(Protocol):
-    """A backend with ``capabilities.shared_cache``: opens shared-cache sessions.
+class SharedSessionBackend(Protocol):
+    """A backend with ``capabilities.shared_cache``: opens shared sessions.
 
     Leaving the context (normally, by error or by cancellation) frees every segment's blocks.
     """
 
     def shared_session(
         self, params: SamplingParams, *, num_workers: int
-    ) -> AbstractAsyncContextManager[SharedCacheSession]: ...
+    ) -> AbstractAsyncContextManager[SharedSession]: ...
 
 
 def refuse_tools(backend: str, request: GenerateRequest) -> None:

@@ -21,10 +21,11 @@ from paragen.errors import ConfigError, EngineError
 from paragen.types import Delta, GenerateRequest, SamplingParams, Usage
 
 if TYPE_CHECKING:
-    from paragen.engine.async_engine import AsyncEngine, Request
-    from paragen.engine.hogwild import SharedCache
+    from paragen.engine.async_engine import AsyncEngine
+    from paragen.engine.hogwild.session import EngineSharedSession
     from paragen.engine.llm_engine import LLMEngine, StepOutput
     from paragen.engine.sequence import Sequence as EngineSeq
+    from paragen.engine.streams import Request
 
 
 class EngineConfig(BaseModel):
@@ -132,18 +133,18 @@ class EngineBackend:
     @asynccontextmanager
     async def shared_session(
         self, params: SamplingParams, *, num_workers: int
-    ) -> AsyncIterator[EngineSharedSession]:
+    ) -> AsyncIterator[AsyncSharedSession]:
         """Hogwild! workers over one KV cache; leaving (however) frees every segment's blocks."""
-        from paragen.engine.hogwild import SharedCache
+        from paragen.engine.hogwild.session import EngineSharedSession
 
-        cache = SharedCache(self.engine, params, num_workers)
-        session = EngineSharedSession(self.runtime, cache, self.engine.tokenizer)
+        engine_session = EngineSharedSession(self.engine, params, num_workers)
+        session = AsyncSharedSession(self.runtime, engine_session, self.engine.tokenizer)
         try:
             yield session
         finally:
             # Queued behind any forward still running for a cancelled caller, so nothing frees
             # blocks that a pass is writing; shielded, so a cancelled caller still waits for it.
-            await self.runtime.call_shielded(cache.close)
+            await self.runtime.call_shielded(engine_session.close)
 
     async def count_tokens(self, text: str) -> tuple[int, str]:
         # In a worker thread: a long text must not hold the event loop, and the await is where a
@@ -241,16 +242,17 @@ class EngineStream:
             await self.runtime.abort_and_wait(open_ids)
 
 
-class EngineSharedSession:
-    """The engine's ``SharedCacheSession``: every call that touches the cache runs on the step thread."""
+class AsyncSharedSession:
+    """The engine backend's ``SharedSession``: an ``EngineSharedSession`` whose every call that touches
+    the cache runs on the engine's step thread (``AsyncEngine``)."""
 
-    def __init__(self, runtime: AsyncEngine, cache: SharedCache, tokenizer: Any):
+    def __init__(self, runtime: AsyncEngine, session: EngineSharedSession, tokenizer: Any):
         self.runtime = runtime
-        self.cache = cache
+        self.session = session
         self.tokenizer = tokenizer
         self._decode = fast_decode(tokenizer)
-        self.eos_token_ids = frozenset(cache.engine.eos_ids)
-        self.max_view_tokens = int(cache.engine.cfg.max_position_embeddings)
+        self.eos_token_ids = frozenset(session.engine.eos_ids)
+        self.max_view_tokens = int(session.engine.cfg.max_position_embeddings)
 
     def tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -267,36 +269,36 @@ class EngineSharedSession:
 
     @property
     def num_reused_tokens(self) -> int:
-        return self.cache.num_reused_tokens
+        return self.session.num_reused_tokens
 
     def segment_length(self, segment: int) -> int:
-        return self.cache.length(segment)
+        return self.session.length(segment)
 
     async def new_segment(self) -> int:
-        return await self.runtime.call(self.cache.new_segment)
+        return await self.runtime.call(self.session.new_segment)
 
     async def new_segments(self, count: int) -> list[int]:
-        return await self.runtime.call(lambda: [self.cache.new_segment() for _ in range(count)])
+        return await self.runtime.call(lambda: [self.session.new_segment() for _ in range(count)])
 
     async def forward(
         self, rows: Sequence[SharedRow], *, suppress_token_ids: Sequence[int] = (), greedy: bool = False
     ) -> list[SharedSample]:
-        from paragen.engine.hogwild import SharedForward, forward_together
+        from paragen.engine.hogwild.batch import SharedForward, forward_together
 
         # Batched with the other sessions' passes waiting on the step thread: one forward for all.
-        job = SharedForward(self.cache, list(rows), tuple(suppress_token_ids), greedy)
+        job = SharedForward(self.session, list(rows), tuple(suppress_token_ids), greedy)
         return await self.runtime.call_batched(forward_together, job, caller=self)
 
     async def free_segment(self, segment: int) -> None:
-        await self.runtime.call(partial(self.cache.free_segment, segment))
+        await self.runtime.call(partial(self.session.free_segment, segment))
 
     async def append_from(self, dst: int, src: int, *, clear: bool = False) -> None:
-        cache = self.cache
+        session = self.session
 
         def fold() -> None:
-            cache.append_from(dst, src)
+            session.append_from(dst, src)
             if clear:
-                cache.clear_segment(src)
+                session.clear_segment(src)
 
         await self.runtime.call(fold)
 
@@ -306,11 +308,10 @@ def _built_off_this_thread(build: Callable[[], LLMEngine]) -> LLMEngine:
 
     OpenMP keeps a pool of worker threads for each thread that starts parallel work, and libgomp
     stops its workers spinning between parallel regions once it manages more threads than there
-    are cores. Loading the model here (parallel copies and casts) left a pool on the caller's
-    thread; the engine then steps on its own thread with a second pool, whose workers were woken
-    from sleep for each of a forward's ~400 parallel operators: a 4-worker Hogwild! pass of 8
-    sessions took 44-47 ms instead of 33-35 on a 2-core machine (docs/hogwild.md). A pool whose
-    thread has ended is freed with it.
+    are cores. Loading the model on the caller's thread (parallel copies and casts) would leave a
+    pool there; the engine then steps on its own thread with a second pool, whose workers would be
+    woken from sleep for each of a forward's ~400 parallel operators, slowing every pass on a
+    machine with few cores. A pool whose thread has ended is freed with it.
     """
     made: list[LLMEngine] = []
     failed: list[BaseException] = []
@@ -332,9 +333,9 @@ def _built_off_this_thread(build: Callable[[], LLMEngine]) -> LLMEngine:
 def fast_decode(tokenizer: Any) -> Callable[[list[int]], str]:
     """``tokenizer.decode`` without transformers' per-call conversions where it adds nothing.
 
-    Every worker's every token is decoded twice a pass (the text before it and after): 2.7 us a
-    call through the wrapper's argument conversions, 1.0 through the Rust tokenizer, which decodes
-    the same for a fast tokenizer that does not clean up spaces.
+    Every worker's every token is decoded twice a pass (the text before it and after), and the
+    wrapper's argument conversions cost more than the Rust tokenizer's decode itself, which gives
+    the same text for a fast tokenizer that does not clean up spaces.
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or getattr(tokenizer, "clean_up_tokenization_spaces", True):

@@ -27,7 +27,6 @@ from typing import Any
 
 import anyio
 import httpx
-from pydantic import ValidationError
 
 from paragen.backends.base import Capabilities, estimate_tokens
 from paragen.backends.openai_config import OpenAIConfig, ServerInfo
@@ -35,7 +34,7 @@ from paragen.backends.openai_http import map_http_errors, raise_for_status
 from paragen.backends.openai_stream import StreamContext
 from paragen.backends.openai_wire import Endpoint, ServerKind
 from paragen.backends.pool import Pool, Replica
-from paragen.errors import BackendError, BackendProtocolError, ConfigError
+from paragen.errors import BackendError, BackendProtocolError, ConfigError, build_config
 from paragen.types import GenerateRequest
 
 _KINDS: dict[str, ServerKind] = {
@@ -85,13 +84,9 @@ class OpenAIBackend:
                 "the openai backend needs a server URL", hint="e.g. openai:http://localhost:8000/v1"
             )
         transport = options.pop("transport", None)
-        try:
-            config = OpenAIConfig(**options)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(
-                f"bad openai backend options: {problems}", hint="see docs/openai-backend.md"
-            ) from exc
+        config = build_config(
+            OpenAIConfig, options, what="openai backend options", hint="see docs/openai-backend.md"
+        )
         return cls(config, transport=transport)
 
     def __repr__(self) -> str:

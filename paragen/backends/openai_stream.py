@@ -22,7 +22,7 @@ import anyio
 import httpx
 from httpx_sse import EventSource
 
-from paragen import tracing
+from paragen import _tracing as tracing
 from paragen.backends.base import CompletionStream
 from paragen.backends.openai_config import OpenAIConfig, ServerInfo
 from paragen.backends.openai_hedge import Race
@@ -223,7 +223,9 @@ class HTTPStream:
             raise ConfigError(f"{replica.url} does not accept n > 1", hint=hint)
         endpoint = self._backend.endpoint_for(request)
         rid = f"{request.request_id}-{uuid.uuid4().hex[:8]}" if info.kind == "sglang" else None
-        options = WireOptions(info.model, endpoint, info.kind, info.continuous_usage, rid)
+        options = WireOptions(
+            info.model, endpoint, kind=info.kind, continuous_usage=info.continuous_usage, rid=rid
+        )
         config = self._backend.config
         body = {**build_body(request, options), **config.server_knobs(), **config.extra_body}
         if not self._num_seen:

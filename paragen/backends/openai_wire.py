@@ -9,7 +9,7 @@ fields are ignored, but a missing or mistyped field we rely on is a protocol err
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -37,6 +37,7 @@ class WireOptions:
 
     model: str
     endpoint: Endpoint
+    _: KW_ONLY
     kind: ServerKind = "openai"
     continuous_usage: bool = False  # vLLM: usage on every chunk, so counts are live and exact
     rid: str | None = None  # SGLang: client-chosen request id, so /abort_request can name it
@@ -229,7 +230,15 @@ class ChunkParser:
             finish = _FINISH.get(choice.finish_reason, "stop")
             self.finished.add(choice.index)
         self._count(num_tokens, source)
-        return Delta(choice.index, text or "", num_tokens, None, logprobs, tops, finish, calls)
+        return Delta(
+            choice.index,
+            text or "",
+            num_tokens,
+            logprobs=logprobs,
+            top_logprobs=tops,
+            finish_reason=finish,
+            tool_calls=calls,
+        )
 
     def _count(self, num_tokens: int, source: str) -> None:
         usage = self.usage

@@ -8,7 +8,7 @@ after some tokens, a timeout). Every stream is logged in ``streams`` with when i
 was opened and closed, so tests can measure cancel-to-release latency. Every token is a
 checkpoint unless the backend is built with ``coalesce=True`` (benchmarks: tokens already due
 arrive together, as one read of an HTTP stream); with ``precise=True`` they arrive when due, not
-when the event loop's timer next fires (see :func:`paragen.timing.sleep_until`). A table of
+when the event loop's timer next fires (see :func:`paragen._timing.sleep_until`). A table of
 scripts is handed out in call order, or with ``order="fanout"`` by each fan-out's choice (see
 :class:`FanoutOrder`), which does not depend on the order the event loop starts tasks in.
 """
@@ -28,6 +28,7 @@ from typing import Any, Literal
 import anyio
 from pydantic import Field
 
+from paragen._timing import sleep_until
 from paragen.backends.base import Capabilities, CompletionStream, estimate_tokens
 from paragen.errors import (
     BackendConnectionError,
@@ -36,7 +37,6 @@ from paragen.errors import (
     BackendTimeoutError,
     ConfigError,
 )
-from paragen.timing import sleep_until
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, Usage
 
 Failure = Literal["http500", "http429", "reset", "timeout", "malformed"]
@@ -283,7 +283,7 @@ class FanoutOrder:
     their streams open in: an event loop may start tasks started together in any order (trio
     shuffles them on purpose), so call order says nothing about which sample asked. A fan-out's
     choices are the ``n`` of a native ``n > 1`` request, or the requests the fan-out split it
-    into (ids ``"<id>-<i>"``, see :func:`paragen.fanout._single`); any other request is a fan-out
+    into (ids ``"<id>-<i>"``, see :func:`paragen._fanout._single`); any other request is a fan-out
     of one. Fan-outs take their scripts in the order they first open, so they must not overlap:
     a choice opened after a later fan-out took the scripts after its own raises ConfigError.
     """

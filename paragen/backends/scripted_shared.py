@@ -47,7 +47,7 @@ class ForwardRecord:
 
 
 class ScriptedSharedSession:
-    """The :class:`~paragen.backends.base.SharedCacheSession` contract over word tokens."""
+    """The :class:`~paragen.backends.base.SharedSession` contract over word tokens."""
 
     def __init__(
         self,

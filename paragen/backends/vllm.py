@@ -18,11 +18,11 @@ from types import TracebackType
 from typing import Any
 
 import anyio
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from paragen.backends.base import Capabilities, CompletionStream, refuse_tools
 from paragen.config import RepetitionDetection
-from paragen.errors import ConfigError, EngineError, ParagenError
+from paragen.errors import ConfigError, EngineError, ParagenError, build_config
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, SamplingParams, Usage
 
 _INSTALL = "pip install 'paragen[vllm]'"
@@ -111,13 +111,9 @@ class VLLMBackend:
             options["model"] = target
         if "model" not in options:
             raise ConfigError("the vllm backend needs a model", hint="e.g. vllm:Qwen/Qwen3-0.6B")
-        try:
-            config = VLLMConfig(**options)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(
-                f"bad vllm backend options: {problems}", hint="other engine args go in engine_args"
-            ) from exc
+        config = build_config(
+            VLLMConfig, options, what="vllm backend options", hint="other engine args go in engine_args"
+        )
         return cls(config)
 
     @property
@@ -282,7 +278,15 @@ class _VLLMStream:
         self.usage.completion_tokens += len(token_ids)
         logprobs, tops = _logprobs(token_ids, choice.logprobs, self._top_logprobs)
         finish = None if choice.finish_reason is None else _FINISH.get(choice.finish_reason, "stop")
-        return Delta(choice.index, choice.text, len(token_ids), token_ids, logprobs, tops, finish)
+        return Delta(
+            choice.index,
+            choice.text,
+            len(token_ids),
+            token_ids=token_ids,
+            logprobs=logprobs,
+            top_logprobs=tops,
+            finish_reason=finish,
+        )
 
 
 def _logprobs(

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from paragen.engine import fused
-
 if TYPE_CHECKING:
-    from paragen.engine.triton_plan import Plan
+    from paragen.engine.kernels.fused import FusedReads
+    from paragen.engine.kernels.triton_attention import TritonReads
 
 SMALL_BATCH = 16  # decode batches up to this size compute attention in fp32 on CPU
 
@@ -48,8 +47,8 @@ class AttnMeta:
     mask: torch.Tensor | None = None  # [B, 1, L] additive, decode only; None when no slot is padding
     context: torch.Tensor | None = None  # prefill over a cached prefix: every slot of the sequence
     start: int = 0  # prefill: position of the first new token (tokens before it are cached)
-    slot_plan: fused.SlotPlan | None = None  # decode through the fused kernel (then no gather or mask)
-    triton_plan: Plan | None = None  # decode through the Triton kernel on CUDA (triton_attention.py)
+    fused_reads: FusedReads | None = None  # decode through the fused kernel (then no gather or mask)
+    triton_reads: TritonReads | None = None  # decode through the Triton kernel on CUDA
 
 
 def rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
@@ -69,7 +68,7 @@ def prefill_attention(num_heads: int, scale: float, meta: AttnMeta | None = None
     def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         # [T, H, D] -> [1, H, T, D]; GQA through enable_gqa keeps K/V unexpanded. The batch axis
         # matters: on a CPU, 3-D inputs take SDPA's math path (the [H, T, T] scores materialised),
-        # 4-D ones its flash kernel, 6x faster over a 2k-token prompt in bf16.
+        # 4-D ones its flash kernel, much faster over a long prompt.
         heads = qkv.transpose(0, 1).unsqueeze(0)
         nkv = (heads.shape[1] - num_heads) // 2
         q, k, v = heads[:, :num_heads], heads[:, num_heads : num_heads + nkv], heads[:, num_heads + nkv :]
@@ -116,16 +115,5 @@ def decode_attention(
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(work)
         out_dst.copy_(torch.bmm(probs, context[1]).view(nkv, b, group, d))
         return out_flat
-
-    return attend
-
-
-def fused_decode_attention(meta: AttnMeta, *, num_heads: int, num_kv_heads: int, scale: float) -> Attend:
-    """One query token per row against its slots, read where they lie by the fused kernel (``fused.py``)."""
-    slot_plan = meta.slot_plan
-    assert slot_plan is not None
-
-    def attend(qkv: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:  # queries rotated at their positions
-        return fused.attend(kv, qkv, slot_plan, num_heads=num_heads, num_kv_heads=num_kv_heads, scale=scale)
 
     return attend

@@ -26,7 +26,7 @@ class BlockManager:
         self.ref_counts = [0] * num_blocks
         # A stack, not a queue: the most recently freed blocks are reused first, so the blocks
         # in use stay few and close together however long the engine runs. A decode step
-        # gathers every row's blocks; spread over a large pool that gather runs ~2x slower.
+        # gathers every row's blocks; spread over a large pool that gather runs slower.
         self.free_ids = list(range(num_blocks - 1, -1, -1))
 
     @property
@@ -110,8 +110,9 @@ class PromptHeads:
     Every problem of an eval starts its sessions with the same instructions (~280 tokens of a ~300
     token prompt): a session whose first segment begins with a live session's whole blocks takes
     those blocks (one more reference each) instead of computing them again, and the attention may
-    then read them once for every session in a pass (``shared_plan.HEAD_MIN``). An entry points at blocks its
-    session holds and takes no reference of its own: the session drops it before freeing them.
+    then read them once for every session in a pass (``hogwild/class_regions.py``). An entry points
+    at blocks its session holds and takes no reference of its own: the session drops it before
+    freeing them.
     Keys and values of a token depend only on the tokens before it and its position, and a first
     segment starts at position 0, so a taken block holds what the session would have computed.
     """

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,12 +11,13 @@ import torch
 from paragen.engine import loader
 from paragen.engine.cache import BlockManager, KVCache, PromptHeads
 from paragen.engine.detokenizer import Detokenizer
-from paragen.engine.host import keep_freed_memory
+from paragen.engine.host import keep_freed_memory, pick_dtype
 from paragen.engine.model import Model
 from paragen.engine.model_runner import ModelRunner
+from paragen.engine.sampler import sample_seed
 from paragen.engine.scheduler import Scheduler
 from paragen.engine.sequence import SeqParams, SeqStatus, Sequence
-from paragen.errors import ConfigError, EngineError
+from paragen.errors import EngineError
 from paragen.types import SamplingParams
 
 
@@ -33,38 +31,6 @@ class StepOutput:
     logprob: float | None = None
     top_logprobs: list[float] | None = None
     finish_reason: str | None = None
-
-
-def pick_dtype(name: str, device: str) -> torch.dtype:
-    """bf16 where the hardware has it (CUDA, or a CPU with AVX-512 BF16 / AMX), else fp32."""
-    if name != "auto":
-        table = {
-            "bfloat16": torch.bfloat16,
-            "bf16": torch.bfloat16,
-            "float32": torch.float32,
-            "fp32": torch.float32,
-        }
-        if name not in table:
-            raise ConfigError(f"unknown dtype {name!r}", hint=f"use auto or one of {sorted(table)}")
-        return table[name]
-    if device.startswith("cuda"):
-        return torch.bfloat16
-    return torch.bfloat16 if _cpu_has_bf16() else torch.float32
-
-
-def _cpu_has_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags
-
-
-def sample_seed(seed: int | None, index: int) -> int:
-    """Sample ``index``'s own seed: the same for a sample whether it runs alone or with siblings."""
-    base = secrets.randbits(31) if seed is None else seed
-    digest = hashlib.blake2b(f"{base}:{index}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest) & 0x7FFFFFFF
 
 
 class LLMEngine:

@@ -15,15 +15,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from paragen.engine import triton_attention
 from paragen.engine.attention import (
     Attend,
     AttnMeta,
     decode_attention,
-    fused_decode_attention,
     prefill_attention,
     rope_,
 )
+from paragen.engine.kernels import fused, triton_attention
 from paragen.engine.loader import ModelConfig
 from paragen.errors import ConfigError
 
@@ -146,7 +145,7 @@ class Model:
     ) -> torch.Tensor:
         """Hidden states [T, hidden] after the final norm; writes this step's K/V into the cache.
 
-        ``shared`` is a shared-cache attention (``shared_attention.py``): it rotates the queries
+        ``shared`` is a Hogwild! session's attention (``hogwild/forward.py``): it rotates the queries
         itself, per segment of each view, so here only the keys are rotated (at ``pos``).
         """
         x = F.embedding(ids, self.embed)
@@ -156,17 +155,20 @@ class Model:
             attend, rope_from = shared, self.num_heads
         elif meta.is_prefill:
             attend = prefill_attention(self.num_heads, self.attn_scale, meta)
-        elif meta.triton_plan is not None:
+        elif meta.triton_reads is not None:
             attend = triton_attention.attention(
-                meta.triton_plan,
+                meta.triton_reads,
                 num_heads=self.num_heads,
                 num_kv_heads=self.cfg.num_kv_heads,
                 head_dim=self.head_dim,
                 scale=self.attn_scale,
             )
-        elif meta.slot_plan is not None:
-            attend = fused_decode_attention(
-                meta, num_heads=self.num_heads, num_kv_heads=self.cfg.num_kv_heads, scale=self.attn_scale
+        elif meta.fused_reads is not None:  # the queries come rotated at their positions
+            attend = fused.attention(
+                meta.fused_reads,
+                num_heads=self.num_heads,
+                num_kv_heads=self.cfg.num_kv_heads,
+                scale=self.attn_scale,
             )
         else:
             attend = decode_attention(
@@ -225,7 +227,7 @@ def _packed_linear() -> Linear:
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    """oneDNN's prepacked bf16 weights: a small-batch CPU matmul streams them about 1.5-2x faster."""
+    """oneDNN's prepacked bf16 weights: a small-batch CPU matmul streams them faster."""
     has_op = hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
     has_mkldnn: bool = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
     # oneDNN refuses to pack bf16 weights without AVX-512 (bw, vl, dq): an AVX2-only CPU raises.

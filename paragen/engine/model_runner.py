@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from paragen.engine import cuda_graphs, fused, triton_attention
+from paragen.engine import cuda_graphs
 from paragen.engine.attention import AttnMeta
 from paragen.engine.cache import KVCache
+from paragen.engine.kernels import fused, triton_attention
 from paragen.engine.model import Model
 from paragen.engine.sampler import SampleBatch, Sampled, sample
 from paragen.engine.sequence import Sequence
@@ -55,12 +56,16 @@ class ModelRunner:
         tables = self.tensor([seq.block_table + [0] * (num_blocks - len(seq.block_table)) for seq in seqs])
         ids = self.tensor([seq.last_token for seq in seqs])
         lengths = self.tensor(positions) + 1
-        if triton_attention.enabled(self.device, self.cache.kv.dtype):  # the plan built on the device
-            plan = triton_attention.decode_plan(tables, lengths, max(positions) + 1, bs)
-            return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), triton_plan=plan)
+        if triton_attention.enabled(self.device, self.cache.kv.dtype):  # the reads built on the device
+            reads = triton_attention.decode_reads(tables, lengths, max(positions) + 1, bs)
+            return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), triton_reads=reads)
         if fused.enabled(self.device, self.cache.kv.dtype):  # on the CPU: tables are host tensors
-            slot_plan = fused.decode_plan(tables, lengths, bs)
-            return ids, lengths - 1, AttnMeta(is_prefill=False, slots=self.tensor(slots), slot_plan=slot_plan)
+            host_reads = fused.decode_reads(tables, lengths, bs)
+            return (
+                ids,
+                lengths - 1,
+                AttnMeta(is_prefill=False, slots=self.tensor(slots), fused_reads=host_reads),
+            )
         heads = torch.arange(self.num_kv_rows, device=self.device).unsqueeze(1) * self.cache.num_blocks
         gather = (heads + tables.view(1, -1)).view(-1)
         context = num_blocks * bs

@@ -107,6 +107,13 @@ def orm_messages(question: str, steps: Sequence[str]) -> list[dict[str, str]]:
     ]
 
 
+def reward_messages(request: ScoreRequest, kind: ScorerKind, step_tag: str) -> list[dict[str, str]]:
+    """The chat a reward model of ``kind`` rates: :func:`prm_messages` or :func:`orm_messages`."""
+    if kind == "orm":
+        return orm_messages(request.question, request.steps)
+    return prm_messages(request.question, request.steps, step_tag)
+
+
 def parse_scorer_spec(spec: str) -> tuple[str, str | None, dict[str, str]]:
     """``KIND[:TARGET][?key=value&...]`` -> (kind, target, options).
 

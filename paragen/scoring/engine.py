@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import anyio
 import torch
 
-from paragen.engine.llm_engine import pick_dtype
+from paragen.engine.host import pick_dtype
 from paragen.errors import ConfigError
 from paragen.scoring.base import DEFAULT_STEP_TAG, ScoreRequest, ScorerError, ScorerKind, StepScores
 from paragen.scoring.reward_model import Encoded, RewardModel
@@ -48,6 +48,7 @@ class EngineScorer:
     def __init__(
         self,
         target: str,
+        *,
         step_tag: str = DEFAULT_STEP_TAG,
         dtype: str = "auto",
         device: str = "cpu",

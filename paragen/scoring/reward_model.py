@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from paragen.engine import loader
 from paragen.engine.attention import Attend, AttnMeta, rope_
 from paragen.engine.model import Model
-from paragen.scoring.base import ScoreRequest, ScorerError, ScorerKind, orm_messages, prm_messages
+from paragen.scoring.base import ScoreRequest, ScorerError, ScorerKind, reward_messages
 
 # A token- or process-level head scores at step tags (a PRM); any other reads the last token (an ORM).
 PRM_SUFFIXES = ("ProcessRewardModel", "TokenClassification")
@@ -111,10 +111,7 @@ class RewardModel:
 
     def encode(self, request: ScoreRequest) -> Encoded:
         """The chat's tokens (as the tokenizer renders it, no generation prompt) and where to score."""
-        if self.kind == "prm":
-            messages = prm_messages(request.question, request.steps, self.step_tag)
-        else:
-            messages = orm_messages(request.question, request.steps)
+        messages = reward_messages(request, self.kind, self.step_tag)
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
         # The template writes any BOS itself; letting the tokenizer add one more would shift every position.
         ids = [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]

@@ -7,7 +7,7 @@ A rule is a callable on the :class:`ScoreRequest` returning one float or one flo
 or a mapping from a step's text (stripped) to its score. A PRM whose rule gives one float is
 asked once per prefix of the steps, so every step gets the score its own text earns, as a real
 PRM scores each step in context. Its latency is a sleep (on the event loop's timer, or
-``precise``: see :func:`paragen.timing.sleep_until`): a call cancelled mid-way (the
+``precise``: see :func:`paragen._timing.sleep_until`): a call cancelled mid-way (the
 run cancelled, a beam dropped) ends at once, as a real scorer's request must.
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import anyio
 
+from paragen._timing import sleep_until
 from paragen.errors import ConfigError
 from paragen.scoring.base import ScoreRequest, ScorerError, ScorerKind, StepScores
-from paragen.timing import sleep_until
 
 Rule = Callable[[ScoreRequest], float | Sequence[float]] | Mapping[str, float]
 

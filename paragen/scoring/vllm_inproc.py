@@ -20,18 +20,16 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
-from pydantic import ValidationError
 
 from paragen.backends.vllm import VLLMConfig, cpu_safe, import_vllm
-from paragen.errors import ConfigError
+from paragen.errors import build_config
 from paragen.scoring.base import (
     DEFAULT_STEP_TAG,
     ScoreRequest,
     ScorerError,
     ScorerKind,
     StepScores,
-    orm_messages,
-    prm_messages,
+    reward_messages,
 )
 from paragen.scoring.pooled import check_kind, orm_score, prm_scores
 
@@ -40,18 +38,17 @@ class VLLMScorer:
     """A PRM (default) or ORM loaded by vLLM from ``model_path``; other options go to the engine."""
 
     def __init__(
-        self, model_path: str, step_tag: str = DEFAULT_STEP_TAG, kind: str = "prm", **options: Any
+        self, model_path: str, *, step_tag: str = DEFAULT_STEP_TAG, kind: str = "prm", **options: Any
     ) -> None:
         self._kind: ScorerKind = check_kind(kind)
         self.step_tag = step_tag
         self.name = f"vllm:{model_path}"
-        try:
-            self.config = VLLMConfig(model=model_path, **options)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(
-                f"bad vllm scorer options: {problems}", hint="other engine args go in engine_args"
-            ) from exc
+        self.config = build_config(
+            VLLMConfig,
+            {**options, "model": model_path},
+            what="vllm scorer options",
+            hint="other engine args go in engine_args",
+        )
         self.engine: Any = None
         self._tokenizer: Any = None
         self._tag_id: int | None = None
@@ -116,10 +113,7 @@ class VLLMScorer:
             _shutdown(engine)
 
     def _prompt_ids(self, request: ScoreRequest) -> list[int]:
-        if self._kind == "orm":
-            messages = orm_messages(request.question, request.steps)
-        else:
-            messages = prm_messages(request.question, request.steps, self.step_tag)
+        messages = reward_messages(request, self._kind, self.step_tag)
         text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
         return list(self._tokenizer(text, add_special_tokens=False).input_ids)
 

@@ -25,8 +25,7 @@ from paragen.scoring.base import (
     ScorerError,
     ScorerKind,
     StepScores,
-    orm_messages,
-    prm_messages,
+    reward_messages,
 )
 from paragen.scoring.pooled import (
     ORM_SERVE_HINT,
@@ -46,12 +45,12 @@ class VLLMServerScorer:
     def __init__(
         self,
         target: str,
+        *,
         model: str | None = None,
         step_tag: str = DEFAULT_STEP_TAG,
         kind: str = "prm",
         api_key_env: str | None = None,
         timeout: float | str = 120.0,
-        *,
         transport: httpx.AsyncBaseTransport | None = None,  # tests inject faults here
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
@@ -81,7 +80,7 @@ class VLLMServerScorer:
         self._opened = True
 
     async def score(self, request: ScoreRequest) -> StepScores:
-        messages = self._messages(request)
+        messages = reward_messages(request, self._kind, self.step_tag)
         body = {"model": self.model, "messages": messages, "add_generation_prompt": False}
         if self._kind == "orm":
             body["use_activation"] = False  # the raw reward, as the model's head gives it
@@ -103,11 +102,6 @@ class VLLMServerScorer:
     @property
     def _hint(self) -> str:
         return PRM_SERVE_HINT if self._kind == "prm" else ORM_SERVE_HINT
-
-    def _messages(self, request: ScoreRequest) -> list[dict[str, str]]:
-        if self._kind == "orm":
-            return orm_messages(request.question, request.steps)
-        return prm_messages(request.question, request.steps, self.step_tag)
 
     def _pick_model(self, listing: Any) -> str:
         data = listing.get("data") if isinstance(listing, dict) else None

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paragen.cli_options import BackendOpt, BackendOpts, ModelOpt, OtlpOpt, check_otlp_endpoint
+from paragen._cli_options import BackendOpt, BackendOpts, ModelOpt, OtlpOpt, check_otlp_endpoint, validated
 from paragen.errors import ConfigError
 
 _FLAGS = {
@@ -62,8 +62,9 @@ def serve_command(
     api_key = _api_key(api_key_env)
     _check_log_level(log_level)
     check_otlp_endpoint(otlp_endpoint)
-    config = _validated(
+    config = validated(
         ServeConfig,
+        _FLAGS,
         model_names=tuple(served_model_name) or ("pending",),
         api_key=api_key,
         max_runs=max_runs,
@@ -78,13 +79,20 @@ def serve_command(
     try:
         backend_obj = _backend(backend, model, backend_opt)
         with _tracing(otlp_endpoint):
-            _serve(backend_obj, config, sock, model, bool(served_model_name), (log_level, access_log))
+            _serve(
+                backend_obj,
+                config,
+                sock=sock,
+                model=model,
+                named=bool(served_model_name),
+                logging=(log_level, access_log),
+            )
     finally:
         sock.close()
 
 
 def _serve(
-    backend: Any, config: Any, sock: Any, model: str | None, named: bool, logging: tuple[str, bool]
+    backend: Any, config: Any, *, sock: Any, model: str | None, named: bool, logging: tuple[str, bool]
 ) -> None:
     from paragen.serve.app import create_app
     from paragen.serve.server import run_in_foreground, served_model_names, uvicorn_server
@@ -105,7 +113,7 @@ def _serve(
 
 
 def _tracing(endpoint: str | None) -> Any:
-    from paragen import tracing
+    from paragen import _tracing as tracing
 
     return tracing.configured(endpoint)  # on where the flag or OTEL_* asks; flushed at shutdown
 
@@ -130,20 +138,6 @@ def _api_key(variable: str | None) -> str | None:
 
 
 def _backend(spec: str, model: str | None, options: list[str]) -> Any:
-    from paragen.cli_options import build_backend
+    from paragen._cli_options import choose_backend
 
-    backend, _shown = build_backend(spec, model=model, base_url=None, options=options)
-    return backend
-
-
-def _validated(model: Any, **values: Any) -> Any:
-    from pydantic import ValidationError
-
-    try:
-        return model(**values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        flag = _FLAGS.get(field, field.replace("_", "-"))
-        message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix for a validator's error
-        raise ConfigError(f"bad value for --{flag}: {message}") from None
+    return choose_backend(spec, model=model, base_url=None, options=options).build()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, SecretStr, field_validator
 
 from paragen.config import Budget
 from paragen.scoring.pool import check_scorer_spec
-from paragen.types import Model, SamplingParams
+from paragen.types import Model, SamplingParams, ToolVoteRule
 
 
 class ServeConfig(Model):
@@ -19,7 +17,7 @@ class ServeConfig(Model):
     either the server answers 429 with ``Retry-After: retry_after_s``. ``defaults`` are the
     sampling parameters a request does not set. ``model_names`` are the names the backend's
     model is served under (the first is listed first in /v1/models). ``tool_vote`` is the rule
-    a majority vote over tool calls uses when a request does not name one (paragen.serve.toolvote).
+    a majority vote over tool calls uses when a request does not name one (strategies/tool_vote.py).
     ``scorers`` are the reward models a request's strategy may name as its ``verifier`` (loaded on
     first use and kept); the LLM-as-verifier (``llm``) needs none, and no other spec is opened.
     """
@@ -33,7 +31,7 @@ class ServeConfig(Model):
     retry_after_s: int = Field(default=1, ge=0)
     defaults: SamplingParams = Field(default_factory=SamplingParams)
     budget: Budget = Field(default_factory=Budget)
-    tool_vote: Literal["name", "arguments", "hierarchical"] = "hierarchical"  # majority over tool calls
+    tool_vote: ToolVoteRule = "hierarchical"  # majority over tool calls
     scorers: tuple[str, ...] = ()
 
     @field_validator("scorers")

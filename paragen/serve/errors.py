@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from paragen.errors import ParagenError, PluginNotFoundError
+from paragen.errors import ParagenError, PluginNotFoundError, invalid_fields
 
 
 class APIError(Exception):
@@ -42,20 +42,13 @@ def bad_request(message: str, *, param: str | None = None, code: str | None = No
     return APIError(400, message, param=param, code=code)
 
 
-def from_validation(exc: ValidationError, *, prefix: str = "") -> APIError:
+def from_validation(exc: ValidationError) -> APIError:
     """The first problem pydantic found, as a 400 naming the parameter."""
-    err = exc.errors()[0]
-    param = ".".join(str(p) for p in (*(prefix.split(".") if prefix else ()), *err["loc"]) if p != "")
-    message = _message(err)
-    if err["type"] == "extra_forbidden":
+    first = invalid_fields(exc)[0]
+    param = first.field
+    if first.type == "extra_forbidden":
         return bad_request(f"unrecognized request argument: {param}", param=param, code="unknown_parameter")
-    return bad_request(f"{param or 'body'}: {message}" if param else message, param=param or None)
-
-
-def _message(err: Any) -> str:
-    msg = str(err["msg"])
-    # pydantic prefixes errors of custom validators with "Value error, "; it says nothing to a client.
-    return msg.removeprefix("Value error, ")
+    return bad_request(f"{param}: {first.message}" if param else first.message, param=param or None)
 
 
 def from_paragen(exc: ParagenError, *, param: str | None = None) -> APIError:

@@ -16,16 +16,28 @@ from typing import Any
 from pydantic import ValidationError
 
 from paragen.config import Budget
-from paragen.errors import ConfigError
+from paragen.errors import ConfigError, invalid_fields
 from paragen.registry import STRATEGY_GROUP, load_strategy, names
 from paragen.serve.errors import APIError, bad_request, from_paragen, from_validation
-from paragen.serve.passthrough import Passthrough, TextSink
-from paragen.serve.toolvote import ToolVote, ToolVoteRule
 from paragen.serve.wire import ChatRequest, CompletionRequest, Message
 from paragen.strategy import Strategy, build_strategy, count_field, parallel_samples
-from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, ToolOptions
+from paragen.types import (
+    ChatMessage,
+    GenerateRequest,
+    Problem,
+    SamplingParams,
+    TextSink,
+    ToolOptions,
+    ToolVoteRule,
+)
 
 AnyRequest = ChatRequest | CompletionRequest
+# The strategies serve runs itself, found by their registered names (the core imports no strategy):
+# a plain model name's request passed through, sampled once; majority-N with tools, a vote over the
+# samples' tool calls. A client cannot name them: they run on the request's own messages.
+PASSTHROUGH = "passthrough"
+TOOL_VOTE = "tool_vote"
+SERVE_OWN = frozenset({PASSTHROUGH, TOOL_VOTE})
 
 
 @dataclass(slots=True)
@@ -55,13 +67,17 @@ class Plan:
 
     def strategy(self, on_text: TextSink | None = None) -> Strategy:
         """A strategy object for one run (pass-through ones carry their own text sink)."""
+        strategy: Strategy
         if self.strategy_name is None:
-            return Passthrough(messages=self.messages, prompt=self.prompt, on_text=on_text, tools=self.tools)
-        if self.tools is not None and self.messages is not None:
-            return ToolVote(
-                messages=self.messages, tools=self.tools, **{**self.config, "rule": self.tool_vote}
+            strategy = load_strategy(PASSTHROUGH)(
+                messages=self.messages, prompt=self.prompt, on_text=on_text, tools=self.tools
             )
-        return build_strategy(self.strategy_name, self.config)
+        elif self.tools is not None and self.messages is not None:
+            options = {**self.config, "rule": self.tool_vote}
+            strategy = load_strategy(TOOL_VOTE)(messages=self.messages, tools=self.tools, **options)
+        else:
+            strategy = build_strategy(self.strategy_name, self.config)
+        return strategy
 
 
 class Router:
@@ -79,14 +95,14 @@ class Router:
         self.defaults = defaults
         self._default_values = defaults.model_dump()  # dumped once, not once per request
         self.budget = budget
-        self._strategies = set(names(STRATEGY_GROUP))
+        self._strategies = _nameable()
 
     def strategies(self) -> list[str]:
         return sorted(self._strategies)
 
     def is_strategy(self, name: str) -> bool:
         if name not in self._strategies:  # one registered at run time since we started
-            self._strategies = set(names(STRATEGY_GROUP))
+            self._strategies = _nameable()
         return name in self._strategies
 
     def plan(self, request: AnyRequest) -> Plan:
@@ -195,6 +211,11 @@ class Router:
             raise from_paragen(exc, param="paragen.config") from None
 
 
+def _nameable() -> set[str]:
+    """The installed strategies a request may name (not the two serve runs on its own)."""
+    return set(names(STRATEGY_GROUP)) - SERVE_OWN
+
+
 def _agree(what: str, first: Any, second: Any, model: str) -> Any:
     if first is not None and second is not None and first != second:
         raise bad_request(
@@ -250,7 +271,7 @@ def _check_generate_request(plan: Plan) -> None:
     try:
         GenerateRequest(messages=plan.messages, prompt=plan.prompt, params=plan.defaults, tools=plan.tools)
     except ValidationError as exc:
-        raise bad_request(exc.errors()[0]["msg"].removeprefix("Value error, "), param="messages") from None
+        raise bad_request(invalid_fields(exc)[0].message, param="messages") from None
 
 
 def _problem(request: AnyRequest, problem_id: str) -> Problem:
@@ -265,6 +286,4 @@ def _problem(request: AnyRequest, problem_id: str) -> Problem:
         return Problem(id=problem_id, question=question)
     except ValidationError as exc:
         param = "prompt" if isinstance(request, CompletionRequest) else "messages"
-        raise bad_request(
-            f"{param}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", param=param
-        ) from None
+        raise bad_request(f"{param}: {invalid_fields(exc)[0].message}", param=param) from None

@@ -23,9 +23,8 @@ from paragen.orchestrator import Orchestrator
 from paragen.scoring.pool import Scorers
 from paragen.serve.config import ServeConfig
 from paragen.serve.errors import APIError, from_paragen, rate_limited, strategy_failed
-from paragen.serve.passthrough import TextSink
 from paragen.serve.routing import Plan, Router
-from paragen.types import StrategyResult
+from paragen.types import StrategyResult, TextSink
 
 log = logging.getLogger("paragen.serve")
 

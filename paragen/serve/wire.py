@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from paragen.config import Budget
-from paragen.types import Model, ToolOptions
+from paragen.types import Model, ToolOptions, ToolVoteRule
 
 
 class ParagenOptions(Model):
@@ -22,7 +22,7 @@ class ParagenOptions(Model):
     n: int | None = Field(default=None, ge=1)
     config: dict[str, Any] = Field(default_factory=dict)
     budget: Budget = Field(default_factory=Budget)
-    tool_vote: Literal["name", "arguments", "hierarchical"] | None = None  # default: the server's
+    tool_vote: ToolVoteRule | None = None  # default: the server's
     include_result: bool = False  # the whole StrategyResult (every trace) in the answer
     events: bool = True  # stream the run's live events (as SSE comments) before the answer
 

@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 from paragen import BaseStrategy, Fanout, LiveSample, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
 from paragen.types import Problem, StrategyResult, Trace
+from strategies._toolkit import annotate, overrides, solve_request, vote_finish
 from strategies.deepprune.clustering import (
     REASONING_MARKERS,
     Clusters,
@@ -30,7 +31,6 @@ from strategies.deepprune.clustering import (
     word_prefix,
 )
 from strategies.deepprune.judges import Judge, load_judge
-from strategies.toolkit import annotate, overrides, solve_request, vote_finish
 
 Event = tuple[str, int, str]  # ("prefix" | "done", trace id, text)
 _CHECK_EVERY = 4  # tokens between looks for a word-based truncation point

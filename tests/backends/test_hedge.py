@@ -14,12 +14,12 @@ import pytest
 from openai_fakes import FakeServer, FakeSSE, chunk, usage_chunk
 
 from paragen import Orchestrator, Problem, build_strategy
-from paragen.accounting import summarize
+from paragen._accounting import summarize
+from paragen._live import LiveSample
 from paragen.backends.base import generate
 from paragen.backends.openai import OpenAIBackend
 from paragen.backends.wrappers import request_key
 from paragen.errors import BackendConnectionError
-from paragen.live import LiveSample
 from paragen.types import Delta, GenerateRequest, SamplingParams, Trace, Usage
 
 pytestmark = pytest.mark.anyio

@@ -66,8 +66,9 @@ async def test_hedging_cuts_the_tail_of_a_stalling_replica(ports: tuple[int, int
     assert all(o.text for o in plain.outcomes + hedged.outcomes)
     assert plain.tally()["stalled"] >= 1 and off["max_s"] >= STALL_S  # what a stall guarantees
     assert off["hedges"] == 0 and on["hedges"] >= 1
-    # Latencies are printed, not asserted: on a shared machine the max of 64 requests is noise (it
-    # failed once at 8.08 against 7.99 s); benchmarks/hedge.py measures the tail side by side.
+    # Latencies are printed, not asserted: on a shared machine the max of 64 requests is noise (a
+    # hedged max can land a fraction of a second above the unhedged one); benchmarks/hedge.py
+    # measures the tail side by side.
     # The servers saw each loser hung up on (so they aborted it), never more losers than hedges, and
     # paragen counted at most what the proxies passed on of them.
     assert 1 <= tally["aborted"] <= on["hedges"]

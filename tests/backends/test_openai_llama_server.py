@@ -250,7 +250,7 @@ async def test_samples_the_server_cut_short_are_failures_that_the_run_reports(
     """llama-cpp-python's default ends a running stream with [DONE] when the next request arrives."""
     from rich.console import Console
 
-    from paragen.cli_run import show
+    from paragen._cli_run import show
     from paragen.orchestrator import Orchestrator
 
     backend = OpenAIBackend.from_spec(interrupting_llama_server, api_key_env=None)

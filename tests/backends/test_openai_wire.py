@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from paragen._tool_calls import merge
 from paragen.backends.openai_wire import ChunkParser, WireOptions, build_body, error_message
 from paragen.errors import BackendHTTPError, BackendProtocolError
-from paragen.tool_calls import canonical_arguments, merge
 from paragen.types import ChatMessage, GenerateRequest, SamplingParams, ToolOptions, Usage
 
 
@@ -17,7 +17,7 @@ def test_completions_body_maps_every_sampling_param() -> None:
         max_tokens=64, temperature=0.6, top_p=0.95, top_k=20, seed=7, stop=("\n\n",), top_logprobs=5
     )
     request = GenerateRequest(prompt="2+2=", params=params, n=4)
-    body = build_body(request, WireOptions("qwen", "completions", "vllm", continuous_usage=True))
+    body = build_body(request, WireOptions("qwen", "completions", kind="vllm", continuous_usage=True))
     assert body == {
         "model": "qwen",
         "prompt": "2+2=",
@@ -52,7 +52,7 @@ def test_chat_body_with_continue_final_and_logprobs() -> None:
     messages = (ChatMessage(role="user", content="Solve"), ChatMessage(role="assistant", content="<think>"))
     params = SamplingParams(max_tokens=16, logprobs=True, top_logprobs=2)
     request = GenerateRequest(messages=messages, params=params, continue_final=True)
-    body = build_body(request, WireOptions("m", "chat", "vllm"))
+    body = build_body(request, WireOptions("m", "chat", kind="vllm"))
     assert body["messages"] == [
         {"role": "user", "content": "Solve"},
         {"role": "assistant", "content": "<think>"},
@@ -71,7 +71,8 @@ def test_logprobs_without_alternatives() -> None:
 
 
 def test_sglang_body_names_the_request() -> None:
-    body = build_body(GenerateRequest(prompt="x"), WireOptions("m", "completions", "sglang", rid="pg-1-ab"))
+    options = WireOptions("m", "completions", kind="sglang", rid="pg-1-ab")
+    body = build_body(GenerateRequest(prompt="x"), options)
     assert body["rid"] == "pg-1-ab"
 
 
@@ -217,5 +218,3 @@ def test_parser_reads_tool_call_pieces_and_merge_joins_them() -> None:
     assert merge(pieces) == [
         {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": '{"city": "Paris"}'}}
     ]
-    assert canonical_arguments('{ "b": 1, "a": [1, 2] }') == '{"a":[1,2],"b":1}'
-    assert canonical_arguments(" not json ") == "not json"

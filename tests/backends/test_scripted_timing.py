@@ -9,9 +9,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from paragen._timing import sleep_until
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.scoring import ScoreRequest, ScriptedScorer
-from paragen.timing import sleep_until
 from paragen.types import GenerateRequest, SamplingParams
 
 pytestmark = pytest.mark.anyio

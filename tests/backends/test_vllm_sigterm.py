@@ -1,7 +1,7 @@
 """`paragen eval` on in-process vLLM, stopped by SIGTERM, leaves no vLLM process behind.
 
-Seen before the fix: the eval process died, and vLLM's engine-core and worker processes went
-on decoding as orphans, ignoring SIGTERM. Runs in the vLLM venv (`make unit-vllm`).
+What it guards against: the eval process dying on the spot while vLLM's engine-core and worker
+processes go on decoding as orphans, ignoring SIGTERM. Runs in the vLLM venv (`make unit-vllm`).
 """
 
 from __future__ import annotations

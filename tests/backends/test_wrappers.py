@@ -68,11 +68,11 @@ class _RefusingBackend(WrapperBackend):
 
 
 async def test_concurrency_limit_gives_the_slot_back_when_opening_fails() -> None:
-    # Regression (issue 19): the slot was taken before the inner stream opened and never given
-    # back when opening raised, so after `limit` refused opens every stream waited forever.
+    # A slot taken before the inner stream opens must be given back when opening raises: else,
+    # after `limit` refused opens, every stream would wait forever.
     inner = _RefusingBackend(ScriptedBackend(["a b"]))
     backend = ConcurrencyLimit(inner, 2)
-    with anyio.fail_after(5):  # before the fix: the third open waited forever for a slot
+    with anyio.fail_after(5):  # a leaked slot: the third open would wait forever
         for _ in range(3):
             with pytest.raises(BackendConnectionError):
                 async with backend.stream(GenerateRequest(prompt="x")):

@@ -8,7 +8,7 @@ import pytest
 
 import paragen
 from paragen import Orchestrator, Problem, RunContext, StrategyResult
-from paragen.api import run_sync
+from paragen._api import run_sync
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.errors import ConfigError, PluginNotFoundError
 from paragen.strategy import BaseStrategy, StrategyConfig

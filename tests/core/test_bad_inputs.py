@@ -421,18 +421,22 @@ def test_solve_with_a_backend_name_names_the_real_error(tmp_path: Path) -> None:
 
 def test_option_values_are_read_as_the_fields_type() -> None:
     """A text field keeps digits as text (an API key); other fields read JSON; none goes unnoticed."""
-    from paragen.cli_options import build_backend, parse_strategy_options
+    from paragen._cli_options import choose_backend, parse_strategy_options
+    from paragen.backends.openai import OpenAIBackend
 
-    backend, shown = build_backend(
+    choice = choose_backend(
         "openai:http://127.0.0.1:9/v1",
         model=None,
         base_url=None,
         options=["api_key=12345678", "max_retries=0", 'extra_body={"min_p": 0.1}', "model=0123"],
     )
+    backend = choice.build()
+    assert isinstance(backend, OpenAIBackend)
     config = backend.config
-    assert config.api_key.get_secret_value() == "12345678" and config.model == "0123"
+    assert config.api_key is not None and config.api_key.get_secret_value() == "12345678"
+    assert config.model == "0123"
     assert config.max_retries == 0 and config.extra_body == {"min_p": 0.1}
-    assert shown == "openai:http://127.0.0.1:9/v1"
+    assert choice.shown == "openai:http://127.0.0.1:9/v1"
     anyio.run(backend.aclose)
     grouped = parse_strategy_options(["temperature=0.5", "ffs.k=2", "ffs.order=last"], ["ffs", "majority"])
     assert grouped == {"ffs": {"temperature": 0.5, "k": 2, "order": "last"}, "majority": {"temperature": 0.5}}

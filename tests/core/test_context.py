@@ -8,10 +8,10 @@ import anyio
 import pytest
 
 from paragen import Budget, Orchestrator, Problem, RunContext, StrategyResult
+from paragen._fanout import Fanout
+from paragen._ledger import Account, Ledger
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.fanout import Fanout
-from paragen.ledger import Account, Ledger
 from paragen.strategy import BaseStrategy, StrategyConfig
 from paragen.types import GenerateRequest
 
@@ -219,7 +219,7 @@ async def test_composed_strategy_shares_the_ledger() -> None:
 
 
 def test_critical_path_follows_time_order_and_parents() -> None:
-    from paragen.accounting import critical_path_tokens
+    from paragen._accounting import critical_path_tokens
     from paragen.types import Trace
 
     traces = [
@@ -386,7 +386,7 @@ async def test_one_sample_runs_in_the_callers_task_and_stops_like_a_fanout() -> 
     result = await Orchestrator(backend, budget=Budget(max_total_tokens=5)).run(OneSample(), PROBLEM)
     assert result.stop_reason == "budget" and result.traces[0].status == "cancelled"
     assert 5 <= result.traces[0].completion_tokens <= 6
-    two = Fanout(Account(backend, ledger, "p", ""), [ctx.request(prompt="x", n=2)], "s", [], None, None, "s")
+    two = Fanout(Account(backend, ledger, "p", ""), [ctx.request(prompt="x", n=2)], label="s", kind="s")
     with pytest.raises(ValueError, match="exactly one sample"):
         await two.one()
 

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from paragen import Orchestrator, Problem, RunContext, StrategyResult
-from paragen.accounting import summarize
+from paragen._accounting import summarize
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.config import Budget
 from paragen.metrics import Metrics, trace_tokens

@@ -1,7 +1,7 @@
 """How a run ends when something raises inside it: classified into the result, or propagated as itself.
 
-Regression tests of issue 19: a spent budget inside a composite strategy (PDR with majority drafts,
-DeepPrune with the llm judge) left its task groups as an ExceptionGroup that escaped the orchestrator.
+A spent budget inside a composite strategy (PDR with majority drafts, DeepPrune with the llm judge)
+must end the run as a result, not leave its task groups as an ExceptionGroup escaping the orchestrator.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import anyio
 import pytest
 
 from paragen import Orchestrator, Problem, RunContext
+from paragen._outcome import classify, leaves
 from paragen.backends.scripted import ScriptedBackend
 from paragen.config import Budget
 from paragen.errors import BackendHTTPError, BudgetExceededError
-from paragen.outcome import classify, leaves
 from paragen.strategy import BaseStrategy, StrategyConfig, build_strategy
 from paragen.types import StrategyResult
 

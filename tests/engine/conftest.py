@@ -112,7 +112,8 @@ def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     two ways of reading a shifted segment, each where it alone is used and both in one pass: every
     shifted segment by a rotated query, segments under 4 tokens (the tests' headers) by rotated keys
     and the rest by rotated queries, every one by rotated keys."""
-    from paragen.engine import fused, shared_plan, triton_attention
+    from paragen.engine.hogwild import layout
+    from paragen.engine.kernels import fused, triton_attention
 
     if request.param in ("triton", "triton-eager"):  # on a CPU in Triton's interpreter (no graphs)
         if request.param == "triton-eager" and DEVICE == "cpu":
@@ -132,7 +133,7 @@ def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
             pytest.skip("the fused attention runs on a CPU with a C compiler only")
         return
     monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "0")
-    monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", request.param)
+    monkeypatch.setattr(layout, "SHORT_SEGMENT", request.param)
 
 
 # The fused kernel's paths by what the CPU has: built for this CPU (with AVX512-BF16: the bf16
@@ -149,16 +150,16 @@ KERNEL_BUILDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 @pytest.fixture(params=list(KERNEL_BUILDS))
 def kernel_build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The fused kernel built as ``request.param`` says (its own library, beside the native one's)."""
-    from paragen.engine import fused
+    from paragen.engine.kernels import fused_library
 
     build, needs = KERNEL_BUILDS[request.param]
-    if not set(needs) <= set(fused._cpu_flags().split()):
+    if not set(needs) <= set(fused_library.cpu_flags().split()):
         pytest.skip(
             f"the {request.param} build is not distinct from the native one on this CPU, or cannot run"
         )
-    rest = tuple(flag for flag in fused._FLAGS if not flag.startswith("-march"))
-    monkeypatch.setattr(fused, "_FLAGS", (*build, *rest))
+    rest = tuple(flag for flag in fused_library._FLAGS if not flag.startswith("-march"))
+    monkeypatch.setattr(fused_library, "_FLAGS", (*build, *rest))
     monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1")
-    fused._kernel.cache_clear()
+    fused_library.kernel.cache_clear()
     yield request.param
-    fused._kernel.cache_clear()
+    fused_library.kernel.cache_clear()

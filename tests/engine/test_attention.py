@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from paragen.engine import fused
-from paragen.engine.attention import SMALL_BATCH, decode_attention, fused_decode_attention
+from paragen.engine.attention import SMALL_BATCH, decode_attention
 from paragen.engine.cache import KVCache
+from paragen.engine.kernels import fused
 from paragen.engine.model_runner import ModelRunner
 from paragen.engine.sequence import SeqParams, Sequence
 
@@ -70,10 +70,10 @@ def check_decode(batch: int, kernel: str, head_dim: int) -> None:
     _, _, meta = runner.prepare_decode(rows)
     qkv = torch.randn(batch, HEADS + 2 * KV_HEADS, head_dim, dtype=torch.bfloat16)
     if kernel == "fused":
-        assert meta.slot_plan is not None and meta.gather is None
-        attend = fused_decode_attention(meta, num_heads=HEADS, num_kv_heads=KV_HEADS, scale=0.3)
+        assert meta.fused_reads is not None and meta.gather is None
+        attend = fused.attention(meta.fused_reads, num_heads=HEADS, num_kv_heads=KV_HEADS, scale=0.3)
     else:
-        assert meta.mask is not None and meta.slot_plan is None  # different lengths: padding is masked
+        assert meta.mask is not None and meta.fused_reads is None  # different lengths: padding is masked
         attend = decode_attention(
             meta, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, scale=0.3, dtype=torch.bfloat16
         )

@@ -143,7 +143,7 @@ async def test_the_model_loads_on_a_thread_that_has_ended(
     tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # OpenMP keeps a worker pool per thread that starts parallel work; a pool left on the caller's
-    # thread beside the step thread's made libgomp stop its workers spinning (~25% of a pass)
+    # thread beside the step thread's makes libgomp stop its workers spinning (every pass slower)
     from paragen.engine.llm_engine import LLMEngine
 
     built_on: list[threading.Thread] = []

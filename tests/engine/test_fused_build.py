@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from paragen.engine import fused
+from paragen.engine.kernels import fused, fused_library
 
 CPU = torch.device("cpu")
 
@@ -21,9 +21,9 @@ CPU = torch.device("cpu")
 def fresh_kernel(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test builds (or fails to build) its own; the next test finds the usual one again."""
     monkeypatch.delenv("PARAGEN_FUSED_ATTENTION", raising=False)
-    fused._kernel.cache_clear()
+    fused_library.kernel.cache_clear()
     yield
-    fused._kernel.cache_clear()
+    fused_library.kernel.cache_clear()
 
 
 def test_without_a_compiler_the_torch_attention_stays(
@@ -44,7 +44,7 @@ def test_built_once_into_the_cache_and_found_there(tmp_path: Path, monkeypatch: 
     assert oct((tmp_path / "kernels").stat().st_mode & 0o777) == "0o700"
     assert not list((tmp_path / "kernels").glob(".*.tmp"))  # written whole, then renamed
     stamp = built.stat().st_mtime_ns
-    fused._kernel.cache_clear()
+    fused_library.kernel.cache_clear()
     assert fused.enabled(CPU, torch.bfloat16)
     assert built.stat().st_mtime_ns == stamp  # loaded, not compiled again
 

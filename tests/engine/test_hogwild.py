@@ -1,4 +1,4 @@
-"""Hogwild! shared-cache sessions against HF transformers: views of segments, any order, n = 1, leaks."""
+"""Hogwild! shared sessions against HF transformers: views of segments, any order, n = 1, leaks."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import torch
 import transformers
 from transformers.models.llama.modeling_llama import rotate_half
 
-from paragen.engine.hogwild import SharedCache, SharedForward, forward_together
+from paragen.engine.hogwild.batch import SharedForward, forward_together
+from paragen.engine.hogwild.session import EngineSharedSession
+from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
-from paragen.engine.shared_types import SharedRow
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
 
@@ -41,15 +42,15 @@ class Reference:
         return logits
 
     @torch.no_grad()
-    def rerotated(self, cache: SharedCache, view: list[int], ids: list[int]) -> torch.Tensor:
+    def rerotated(self, session: EngineSharedSession, view: list[int], ids: list[int]) -> torch.Tensor:
         """Logits after ``ids``, the view's stored keys rotated by their offsets (key-rotation form)."""
-        kv, nkv = cache.engine.cache.kv, cache.engine.cfg.num_kv_heads
+        kv, nkv = session.engine.cache.kv, session.engine.cfg.num_kv_heads
         past = transformers.DynamicCache()
         parts = []
         offset = 0
         for seg in view:
-            slots = cache.slots(seg)
-            shift = offset - (cache.base(seg) or 0)  # the keys are stored rotated at base + j
+            slots = session.slots(seg)
+            shift = offset - (session.base(seg) or 0)  # the keys are stored rotated at base + j
             cos, sin = self.model.model.rotary_emb(kv, torch.tensor([[shift]]))  # a pure shift
             parts.append((slots, cos[0, 0], sin[0, 0]))
             offset += len(slots)
@@ -77,41 +78,41 @@ def check_views(model_dir: Path, atol: float) -> None:
     """Segments written in one context and read in another, in several orders, ragged rows in one pass."""
     engine = LLMEngine(str(model_dir), dtype="float32", num_blocks=96, block_size=4)
     ref, ids = Reference(model_dir), tokens(engine)
-    cache = SharedCache(engine, GREEDY, num_workers=4)
-    seg = {name: cache.new_segment() for name in "PXYABCD"}
+    session = EngineSharedSession(engine, GREEDY, num_workers=4)
+    seg = {name: session.new_segment() for name in "PXYABCD"}
     P, X, Y, A, B, C, D = (seg[k] for k in "PXYABCD")
-    cache.logits([SharedRow(0, [P], ids["P"])])
-    got_x = cache.logits([SharedRow(0, [P, X], ids["X"])])
+    session.logits([SharedRow(0, [P], ids["P"])])
+    got_x = session.logits([SharedRow(0, [P, X], ids["X"])])
     torch.testing.assert_close(got_x[0], ref.plain(ids["P"] + ids["X"]), atol=atol, rtol=0)
-    cache.logits([SharedRow(1, [P, X, Y], ids["Y"])])
+    session.logits([SharedRow(1, [P, X, Y], ids["Y"])])
     rows = [
         SharedRow(0, [P, X, Y, A], ids["A"]),  # every segment read in the context it was written in
         SharedRow(1, [P, Y, X, A, B], ids["B"]),  # other orders, and A's tokens from this same pass
         SharedRow(2, [P, Y, C], ids["C"]),
         SharedRow(3, [P, X, D], ids["D"]),
     ]
-    got = cache.logits(rows)
+    got = session.logits(rows)
     want = [
         ref.plain(ids["P"] + ids["X"] + ids["Y"] + ids["A"]),
-        ref.rerotated(cache, [P, Y, X, A], ids["B"]),
-        ref.rerotated(cache, [P, Y], ids["C"]),
+        ref.rerotated(session, [P, Y, X, A], ids["B"]),
+        ref.rerotated(session, [P, Y], ids["C"]),
         ref.plain(ids["P"] + ids["X"] + ids["D"]),
     ]
     for i, expected in enumerate(want):
         torch.testing.assert_close(got[i], expected, atol=atol, rtol=0, msg=f"row {i}")
     # The key-rotation reference agrees with a plain forward where the contexts match.
-    torch.testing.assert_close(ref.rerotated(cache, [P, X], ids["D"]), want[3], atol=atol, rtol=0)
-    assert [cache.length(s) for s in (P, X, Y, A, B, C, D)] == [len(ids[k]) for k in "PXYABCD"]
+    torch.testing.assert_close(ref.rerotated(session, [P, X], ids["D"]), want[3], atol=atol, rtol=0)
+    assert [session.length(s) for s in (P, X, Y, A, B, C, D)] == [len(ids[k]) for k in "PXYABCD"]
     # One token per row, views of 4, 4, 2 and 3 segments: one batch whose segment positions are
     # padded to line up across rows (each rotation is scored against its own segment's slots only).
     # No view holds another row's own segment: the reference is taken before this pass writes.
     views = [[P, X, Y, A], [P, Y, X, B], [P, C], [P, X, D]]
     token = ids["Y"][:1]
-    want = [ref.rerotated(cache, view, token) for view in views]
-    got = cache.logits([SharedRow(w, view, token) for w, view in enumerate(views)])
+    want = [ref.rerotated(session, view, token) for view in views]
+    got = session.logits([SharedRow(w, view, token) for w, view in enumerate(views)])
     for i, expected in enumerate(want):
         torch.testing.assert_close(got[i], expected, atol=atol, rtol=0, msg=f"one-token row {i}")
-    cache.close()
+    session.close()
     assert engine.num_free_blocks == 96
 
 
@@ -131,12 +132,12 @@ def test_views_match_hf_smollm2(smol_dir: Path) -> None:
 
 
 def one_worker_greedy(engine: LLMEngine, prompt: list[int], num_tokens: int) -> list[int]:
-    cache = SharedCache(engine, GREEDY, num_workers=1)
-    prompt_seg, own = cache.new_segment(), cache.new_segment()
-    out = [cache.forward([SharedRow(0, [prompt_seg], prompt)], greedy=True)[0].token_id]
+    session = EngineSharedSession(engine, GREEDY, num_workers=1)
+    prompt_seg, own = session.new_segment(), session.new_segment()
+    out = [session.forward([SharedRow(0, [prompt_seg], prompt)], greedy=True)[0].token_id]
     while len(out) < num_tokens:
-        out.append(cache.forward([SharedRow(0, [prompt_seg, own], [out[-1]])], greedy=True)[0].token_id)
-    cache.close()
+        out.append(session.forward([SharedRow(0, [prompt_seg, own], [out[-1]])], greedy=True)[0].token_id)
+    session.close()
     return out
 
 
@@ -163,8 +164,8 @@ def test_one_worker_equals_plain_greedy_smollm2(smol_dir: Path) -> None:
 
 def test_malformed_rows_are_refused_and_change_nothing(tiny_llama: Path) -> None:
     engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=8, block_size=4)
-    cache = SharedCache(engine, GREEDY, num_workers=2)
-    a, b = cache.new_segment(), cache.new_segment()
+    session = EngineSharedSession(engine, GREEDY, num_workers=2)
+    a, b = session.new_segment(), session.new_segment()
     bad: list[tuple[list[SharedRow], str]] = [
         ([SharedRow(0, [a], [1]), SharedRow(1, [b, a], [2])], "two rows write to segment"),
         ([SharedRow(2, [a], [1])], "worker 2"),
@@ -175,24 +176,24 @@ def test_malformed_rows_are_refused_and_change_nothing(tiny_llama: Path) -> None
     ]
     for rows, message in bad:
         with pytest.raises(EngineError, match=message):
-            cache.forward(rows)
-    assert (cache.length(a), cache.length(b), engine.num_free_blocks) == (0, 0, 8)
-    cache.close()
+            session.forward(rows)
+    assert (session.length(a), session.length(b), engine.num_free_blocks) == (0, 0, 8)
+    session.close()
     with pytest.raises(EngineError, match="closed"):
-        cache.new_segment()
+        session.new_segment()
 
 
 def sampled_run(engine: LLMEngine, params: SamplingParams, prompt: list[int], num: int) -> list[list[int]]:
     """Two workers over views [prompt, own]; both feed worker 0's prefill token, then their own draws."""
-    cache = SharedCache(engine, params, num_workers=2)
-    p, own = cache.new_segment(), [cache.new_segment(), cache.new_segment()]
-    first = cache.forward([SharedRow(0, [p], prompt)])[0].token_id
+    session = EngineSharedSession(engine, params, num_workers=2)
+    p, own = session.new_segment(), [session.new_segment(), session.new_segment()]
+    first = session.forward([SharedRow(0, [p], prompt)])[0].token_id
     out = [[first], [first]]
     while len(out[1]) < num:
-        samples = cache.forward([SharedRow(w, [p, own[w]], [out[w][-1]]) for w in (0, 1)])
+        samples = session.forward([SharedRow(w, [p, own[w]], [out[w][-1]]) for w in (0, 1)])
         for w, sample in enumerate(samples):
             out[w].append(sample.token_id)
-    cache.close()
+    session.close()
     return out
 
 
@@ -218,24 +219,24 @@ def test_sessions_forwarded_together_get_what_each_gets_alone(tiny_llama: Path) 
         sampled_run(engine, params, prompt, 12) for (params, _), prompt in zip(cases, prompts, strict=True)
     ]
 
-    caches = [SharedCache(engine, params, num_workers=2) for params, _ in cases]
-    segs = [(c.new_segment(), [c.new_segment(), c.new_segment()]) for c in caches]
+    sessions = [EngineSharedSession(engine, params, num_workers=2) for params, _ in cases]
+    segs = [(c.new_segment(), [c.new_segment(), c.new_segment()]) for c in sessions]
     firsts = forward_together(
         [
             SharedForward(c, [SharedRow(0, [p], ids)])
-            for c, (p, _), ids in zip(caches, segs, prompts, strict=True)
+            for c, (p, _), ids in zip(sessions, segs, prompts, strict=True)
         ]
     )
     outs: list[list[list[int]]] = []
     for samples in firsts:
         assert not isinstance(samples, EngineError)
         outs.append([[samples[0].token_id], [samples[0].token_id]])
-    other = SharedCache(engine, GREEDY, num_workers=1)  # a third session, in the same passes
+    other = EngineSharedSession(engine, GREEDY, num_workers=1)  # a third session, in the same passes
     broken = other.new_segment()
     while len(outs[0][1]) < 12:
         jobs = [
             SharedForward(c, [SharedRow(w, [p, own[w]], [out[w][-1]]) for w in (0, 1)])
-            for c, (p, own), out in zip(caches, segs, outs, strict=True)
+            for c, (p, own), out in zip(sessions, segs, outs, strict=True)
         ]
         *results, refused = forward_together([*jobs, SharedForward(other, [SharedRow(0, [broken, 99], [1])])])
         assert isinstance(refused, EngineError) and "no segment 99" in str(refused)
@@ -245,28 +246,28 @@ def test_sessions_forwarded_together_get_what_each_gets_alone(tiny_llama: Path) 
                 out[w].append(sample.token_id)
     assert outs == alone
     assert other.length(broken) == 0
-    for cache in [*caches, other]:
-        cache.close()
+    for session in [*sessions, other]:
+        session.close()
     assert engine.num_free_blocks == 64
 
 
 def test_two_jobs_of_one_session_run_in_order(tiny_llama: Path) -> None:
-    """Before merging, a session's passes were serialized; in one batch they still are (two passes)."""
+    """Two passes of one session in one batch run one after the other (two passes), as they would alone."""
     engine = LLMEngine(str(tiny_llama), dtype="float32", num_blocks=64, block_size=4)
     ids = {
         name: list(engine.tokenizer(text, add_special_tokens=False)["input_ids"])
         for name, text in TEXTS.items()
     }
 
-    def jobs(cache: SharedCache) -> list[SharedForward]:
-        p, x = cache.new_segment(), cache.new_segment()
-        return [SharedForward(cache, [SharedRow(0, [p], ids["P"])], greedy=True),
-                SharedForward(cache, [SharedRow(0, [p, x], ids["X"])], greedy=True)]  # fmt: skip
+    def jobs(session: EngineSharedSession) -> list[SharedForward]:
+        p, x = session.new_segment(), session.new_segment()
+        return [SharedForward(session, [SharedRow(0, [p], ids["P"])], greedy=True),
+                SharedForward(session, [SharedRow(0, [p, x], ids["X"])], greedy=True)]  # fmt: skip
 
-    first, second = jobs(one := SharedCache(engine, GREEDY, num_workers=1))
+    first, second = jobs(one := EngineSharedSession(engine, GREEDY, num_workers=1))
     expected = [one.forward(first.rows, greedy=True), one.forward(second.rows, greedy=True)]
     one.close()  # else the next session's prompt takes its blocks (PromptHeads): the same, bar rounding
-    together = SharedCache(engine, GREEDY, num_workers=1)
+    together = EngineSharedSession(engine, GREEDY, num_workers=1)
     assert forward_together(jobs(together)) == expected
     assert [together.length(s) for s in (0, 1)] == [len(ids["P"]), len(ids["X"])]
     together.close()

@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from paragen.engine import model_runner
-from paragen.engine.hogwild import SharedCache
+from paragen.engine.hogwild.session import EngineSharedSession
+from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.sampler import SampleBatch, Sampled, sample
-from paragen.engine.shared_types import SharedRow
 from paragen.prompts import solve_messages
 from paragen.types import SamplingParams
 
@@ -69,7 +69,7 @@ def _one_worker(
     engine: LLMEngine, prompt: list[int], forced: list[int] | None
 ) -> tuple[list[int], list[torch.Tensor]]:
     """A one-worker session's logits, feeding ``forced`` tokens (teacher forcing) or its own argmax."""
-    session = SharedCache(engine, SamplingParams(temperature=0.0), 1)
+    session = EngineSharedSession(engine, SamplingParams(temperature=0.0), 1)
     segment = session.new_segment()
     tokens: list[int] = []
     logits = [session.logits([SharedRow(0, [segment], prompt)])[0]]

@@ -22,9 +22,9 @@ from conftest import DEVICE
 from test_hogwild import Reference
 from transformers.models.llama.modeling_llama import rotate_half
 
-from paragen.engine.hogwild import SharedCache
+from paragen.engine.hogwild.session import EngineSharedSession
+from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
-from paragen.engine.shared_types import SharedRow
 from paragen.types import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=64, temperature=0.0)
@@ -46,35 +46,37 @@ class Record:
 
     chunks: dict[int, list[Chunk]] = field(default_factory=dict)
 
-    def snapshot(self, cache: SharedCache, seg: int) -> Chunk:
-        slots = cache.slots(seg)
-        base = cache.base(seg) or 0
-        return Chunk(cache.engine.cache.kv[:, :, slots].float().cpu(), torch.arange(len(slots)) + base)
+    def snapshot(self, session: EngineSharedSession, seg: int) -> Chunk:
+        slots = session.slots(seg)
+        base = session.base(seg) or 0
+        return Chunk(session.engine.cache.kv[:, :, slots].float().cpu(), torch.arange(len(slots)) + base)
 
-    def fold(self, cache: SharedCache, dst: int, src: int) -> None:
+    def fold(self, session: EngineSharedSession, dst: int, src: int) -> None:
         if dst not in self.chunks:
-            self.chunks[dst] = [self.snapshot(cache, dst)]
-        self.chunks[dst].append(self.snapshot(cache, src))
-        cache.append_from(dst, src)
-        assert cache.length(dst) == sum(c.kv.shape[2] for c in self.chunks[dst])
+            self.chunks[dst] = [self.snapshot(session, dst)]
+        self.chunks[dst].append(self.snapshot(session, src))
+        session.append_from(dst, src)
+        assert session.length(dst) == sum(c.kv.shape[2] for c in self.chunks[dst])
 
-    def read(self, cache: SharedCache, seg: int, length: int) -> Chunk:
+    def read(self, session: EngineSharedSession, seg: int, length: int) -> Chunk:
         """The segment's first ``length`` tokens as written (folded ones from the record)."""
         if seg in self.chunks:
             kv = torch.cat([c.kv for c in self.chunks[seg]], dim=2)
             positions = torch.cat([c.positions for c in self.chunks[seg]])
         else:
-            whole = self.snapshot(cache, seg)
+            whole = self.snapshot(session, seg)
             kv, positions = whole.kv, whole.positions
         return Chunk(kv[:, :, :length], positions[:length])
 
 
-def reference_logits(ref: Reference, record: Record, cache: SharedCache, row: SharedRow) -> torch.Tensor:
+def reference_logits(
+    ref: Reference, record: Record, session: EngineSharedSession, row: SharedRow
+) -> torch.Tensor:
     """HF's logits at the row's last token: the view's keys rotated from where they are to their places."""
-    nkv = cache.engine.cfg.num_kv_heads
-    own_before = cache.length(row.view[-1]) - len(row.token_ids)  # the pass already wrote the row
-    parts = [record.read(cache, s, cache.length(s)) for s in row.view[:-1]]
-    parts.append(record.read(cache, row.view[-1], own_before))
+    nkv = session.engine.cfg.num_kv_heads
+    own_before = session.length(row.view[-1]) - len(row.token_ids)  # the pass already wrote the row
+    parts = [record.read(session, s, session.length(s)) for s in row.view[:-1]]
+    parts.append(record.read(session, row.view[-1], own_before))
     kv = torch.cat([p.kv for p in parts], dim=2)
     shifts = torch.arange(kv.shape[2]) - torch.cat([p.positions for p in parts])
     cos, sin = ref.model.model.rotary_emb(kv, shifts.unsqueeze(0))
@@ -101,19 +103,19 @@ def run_session(model_dir: Path, workers: int, layout: str, dtype: str) -> float
     rng = random.Random(workers * 10 + len(layout))
     engine = LLMEngine(str(model_dir), dtype=dtype, device=DEVICE, num_blocks=400, block_size=16)
     ref, record = Reference(model_dir), Record()
-    cache = SharedCache(engine, GREEDY, num_workers=workers)
+    session = EngineSharedSession(engine, GREEDY, num_workers=workers)
 
     def text(n: int) -> list[int]:
         return [rng.randrange(300, 20000) for _ in range(n)]
 
-    prompt, past, others, own_header = (cache.new_segment() for _ in range(4))
-    cuts = [cache.new_segment() for _ in range(workers - 1)]
-    cache.logits([SharedRow(0, [prompt], text(PROMPT_TOKENS))])
+    prompt, past, others, own_header = (session.new_segment() for _ in range(4))
+    cuts = [session.new_segment() for _ in range(workers - 1)]
+    session.logits([SharedRow(0, [prompt], text(PROMPT_TOKENS))])
     headers = [past, others, own_header, *cuts]
-    cache.logits([SharedRow(i, [prompt, s], text(3)) for i, s in enumerate(headers[:workers])])
+    session.logits([SharedRow(i, [prompt, s], text(3)) for i, s in enumerate(headers[:workers])])
     for s in headers[workers:]:
-        cache.logits([SharedRow(0, [prompt, s], text(2))])
-    team = [Worker(cache.new_segment(), text(8), rng.randrange(2, 7)) for _ in range(workers)]
+        session.logits([SharedRow(0, [prompt, s], text(2))])
+    team = [Worker(session.new_segment(), text(8), rng.randrange(2, 7)) for _ in range(workers)]
 
     def view(i: int) -> list[int]:
         if layout == "interleaved":
@@ -122,22 +124,22 @@ def run_session(model_dir: Path, workers: int, layout: str, dtype: str) -> float
         return [prompt, past, others, *mid, own_header, team[i].segment]
 
     steps, worst = 0, 0.0
-    while steps < MIN_STEPS or sum(cache.length(s) for s in view(0)) < 1500:
+    while steps < MIN_STEPS or sum(session.length(s) for s in view(0)) < 1500:
         rows = [SharedRow(i, view(i), w.pending) for i, w in enumerate(team)]
-        got = cache.logits(rows).float().cpu()
+        got = session.logits(rows).float().cpu()
         for i, row in enumerate(rows):
-            want = reference_logits(ref, record, cache, row)
+            want = reference_logits(ref, record, session, row)
             worst = max(worst, (got[i] - want).abs().max().item())
         for w in team:
             w.left -= 1
             w.pending = text(1)
             if w.left == 0:  # the step ends: fold it into the history, start the next with a header
-                record.fold(cache, past, w.segment)
-                cache.free_segment(w.segment)
-                w.segment, w.left, steps = cache.new_segment(), rng.randrange(2, 7), steps + 1
+                record.fold(session, past, w.segment)
+                session.free_segment(w.segment)
+                w.segment, w.left, steps = session.new_segment(), rng.randrange(2, 7), steps + 1
                 w.pending += text(4)
     assert len(view(0)) <= 2 * workers + 3  # bounded: however many steps were folded
-    cache.close()
+    session.close()
     assert engine.num_free_blocks == 400
     return worst
 

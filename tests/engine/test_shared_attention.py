@@ -16,15 +16,17 @@ own segment hidden).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
 from conftest import DEVICE
 
-from paragen.engine import fused, shared_attention, shared_fused, shared_plan
 from paragen.engine.attention import SMALL_BATCH
-from paragen.engine.shared_fused import fused_shared_attention
-from paragen.engine.shared_plan import RowPlan, build_group
+from paragen.engine.hogwild import fused_reads, layout, torch_attention
+from paragen.engine.hogwild.groups import build_group
+from paragen.engine.hogwild.view import RowView
+from paragen.engine.kernels import fused
 
 HEADS, KV_HEADS, D, SLOTS, POSITIONS = 6, 2, 16, 4096, 2048
 SCALE = 0.25
@@ -50,9 +52,19 @@ def rotate(x: torch.Tensor, position: int) -> torch.Tensor:
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+def fused_attention(
+    rows: list[RowView], rotation_tables: tuple[torch.Tensor, torch.Tensor], *, num_heads: int
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The fused kernel's attention over the rows, as the engine's forward builds it."""
+    reads, rotations = fused_reads.fused_reads(rows, rotation_tables)
+    return fused.attention(
+        reads, num_heads=num_heads, num_kv_heads=KV_HEADS, scale=SCALE, rotations=rotations
+    )
+
+
 def random_rows(
     rng: random.Random, num_new: int, slots: list[int], sessions: int, per_session: tuple[int, int]
-) -> list[RowPlan]:
+) -> list[RowView]:
     """Rows of ``sessions`` sessions. Most sessions' prompts begin with the same slots (the head); a
     session's rows share its prompt and read some of its steps and each other's own segments (each
     at its own shift); each row has segments of its own too."""
@@ -78,11 +90,11 @@ def random_rows(
             segments.append(own)
             shifts.append(rng.choice([0, rng.randint(-30, 150)]))
             view_length = sum(len(s) for s in segments)
-            rows.append(RowPlan(segments, shifts, num_new, view_length - num_new))
+            rows.append(RowView(segments, shifts, num_new, view_length - num_new))
     return rows
 
 
-def reference(row: RowPlan, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+def reference(row: RowView, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
     """[T, heads * D]: the row's queries (unrotated, [T, heads, D]) over its view, in float64."""
     keys, values = [], []
     for slots, shift in zip(row.slots, row.shifts, strict=True):
@@ -105,7 +117,7 @@ def reference(row: RowPlan, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
 def test_groups_match_per_row_attention(
     num_new: int, short_segment: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", short_segment)
+    monkeypatch.setattr(layout, "SHORT_SEGMENT", short_segment)
     rng = random.Random(num_new * 1000 + short_segment % 997)
     torch.manual_seed(num_new)
     check_groups(rng, num_new, torch.float32, sessions=(1, 3), per_session=(1, 3), atol=2e-5)
@@ -116,7 +128,7 @@ def test_large_bf16_groups_match_per_row_attention(
     short_segment: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # past SMALL_BATCH rows a batch computes in the model's dtype: bf16 matmuls over the gathered regions
-    monkeypatch.setattr(shared_plan, "SHORT_SEGMENT", short_segment)
+    monkeypatch.setattr(layout, "SHORT_SEGMENT", short_segment)
     rng = random.Random(7 + short_segment)
     torch.manual_seed(7)
     check_groups(rng, 1, torch.bfloat16, sessions=(9, 9), per_session=(2, 3), atol=3e-2)  # 18-27 rows
@@ -142,7 +154,7 @@ def check_groups(
         assert dtype == torch.float32 or len(rows) > SMALL_BATCH  # the bf16 path
         group = build_group(rows, 0, num_slots=SLOTS, num_kv_rows=2 * KV_HEADS, tables=cos_sin)
         qkv = torch.randn(len(rows) * num_new, HEADS + 2 * KV_HEADS, D).to(dtype)
-        attend = shared_attention.shared_attention(
+        attend = torch_attention.attention(
             [group],
             num_tokens=len(rows) * num_new,
             num_heads=HEADS,
@@ -176,9 +188,7 @@ def test_fused_matches_per_row_attention(
         rng.shuffle(free)
         rows = random_rows(rng, num_new, free, rng.randint(1, 9), (1, 3))
         qkv = torch.randn(len(rows) * num_new, heads + 2 * KV_HEADS, head_dim).to(dtype)
-        attend = fused_shared_attention(
-            rows, tables(head_dim), num_heads=heads, num_kv_heads=KV_HEADS, scale=SCALE
-        )
+        attend = fused_attention(rows, tables(head_dim), num_heads=heads)
         got = attend(qkv, kv).float().view(len(rows), num_new, -1)
         for i, row in enumerate(rows):
             want = reference(row, qkv[i * num_new : (i + 1) * num_new, :heads], kv).float()
@@ -188,7 +198,7 @@ def test_fused_matches_per_row_attention(
 
 def session_rows(
     rng: random.Random, slots: list[int], sessions: int, workers: tuple[int, int], header: float
-) -> list[RowPlan]:
+) -> list[RowView]:
     """Rows as Hogwild! sessions make them: each worker's view holds the session's prompt, its steps
     and every worker's own segment (its own last), the others in an order and at shifts of its own;
     a worker may feed a header (3 tokens) where the others feed one."""
@@ -205,7 +215,7 @@ def session_rows(
             segments = [prompt, *others, own]
             shifts = [0] + [rng.choice([0, rng.randint(-80, 400)]) for _ in others] + [rng.randint(-30, 150)]
             view_length = sum(len(s) for s in segments)
-            rows.append(RowPlan(segments, shifts, num_new[w], view_length - num_new[w]))
+            rows.append(RowView(segments, shifts, num_new[w], view_length - num_new[w]))
     return rows
 
 
@@ -228,8 +238,8 @@ def test_fused_session_classes_match_per_row_attention(dtype: torch.dtype, kerne
         rows = session_rows(rng, free, sessions, (1, 12 if trial % 4 == 1 else 4), header=0.2)
         num_new = [row.num_new for row in rows]
         qkv = torch.randn(sum(num_new), HEADS + 2 * KV_HEADS, 64).to(dtype)
-        largest = max(largest, *(len(c.tokens) for c in shared_fused._classes(rows)[0]))
-        attend = fused_shared_attention(rows, tables(64), num_heads=HEADS, num_kv_heads=KV_HEADS, scale=SCALE)
+        largest = max(largest, *(len(c.tokens) for c in fused_reads._classes(rows)[0]))
+        attend = fused_attention(rows, tables(64), num_heads=HEADS)
         got = attend(qkv, kv).float()
         at = 0
         for i, row in enumerate(rows):
@@ -243,34 +253,35 @@ def test_fused_session_classes_match_per_row_attention(dtype: torch.dtype, kerne
 @pytest.fixture
 def triton_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Triton kernel: compiled on CUDA, in Triton's interpreter on a CPU (conftest starts it)."""
-    from paragen.engine import triton_attention
+    from paragen.engine.kernels import triton_attention
 
     monkeypatch.setenv("PARAGEN_TRITON_ATTENTION", "interpret" if DEVICE == "cpu" else "1")
     if not triton_attention.enabled(torch.device(DEVICE), torch.float32):
         pytest.skip("Triton is not installed (a CPU also needs TRITON_INTERPRET=1 from the start)")
 
 
-def check_triton(rows: list[RowPlan], kv: torch.Tensor, heads: int, split: int, padded: bool = False) -> None:
+def check_triton(rows: list[RowView], kv: torch.Tensor, heads: int, split: int, padded: bool = False) -> None:
     """The Triton kernel over ``rows`` (a forward's rows, in order) against the float64 reference;
-    ``padded``: through the plan a CUDA graph reads (cuda_graphs.py)."""
-    from paragen.engine import cuda_graphs, triton_attention, triton_tiling
+    ``padded``: through the reads a CUDA graph takes (hogwild/graphs.py)."""
+    from paragen.engine.hogwild import graphs, triton_reads
+    from paragen.engine.kernels import triton_attention
 
     dtype, head_dim = kv.dtype, kv.shape[-1]
     qkv = torch.randn(sum(row.num_new for row in rows), heads + 2 * KV_HEADS, head_dim).to(dtype)
     cos, sin = tables(head_dim)
     cos_sin = (cos.to(DEVICE), sin.to(DEVICE))
-    plan = triton_attention.shared_plan(rows, cos_sin, torch.device(DEVICE))
+    reads = triton_reads.triton_reads(rows, cos_sin, torch.device(DEVICE))
     if padded:
-        pad = cuda_graphs.padded_plan(rows)
-        plan = pad.on_device(torch.frombuffer(pad.ints, dtype=torch.int32).to(DEVICE), cos_sin)
-        assert plan.max_class <= triton_tiling.MAX_TOKENS  # the kernel's tokens a class: its shared memory
-        assert plan.max_count >= max(plan.key_count.tolist()) and len(plan.key_slots) >= sum(
+        pad = graphs.padded_reads(rows)
+        reads = pad.on_device(torch.frombuffer(pad.ints, dtype=torch.int32).to(DEVICE), cos_sin)
+        assert reads.max_class <= triton_reads.MAX_TOKENS  # the kernel's tokens a class: its shared memory
+        assert reads.max_count >= max(reads.key_count.tolist()) and len(reads.key_slots) >= sum(
             map(len, rows[0].slots)
         )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(triton_attention, "SPLIT_KEYS", split)
         attend = triton_attention.attention(
-            plan, num_heads=heads, num_kv_heads=KV_HEADS, head_dim=head_dim, scale=SCALE
+            reads, num_heads=heads, num_kv_heads=KV_HEADS, head_dim=head_dim, scale=SCALE
         )
         got = attend(qkv.to(DEVICE), kv.to(DEVICE)).float().cpu()
     at = 0
@@ -285,7 +296,7 @@ def check_triton(rows: list[RowPlan], kv: torch.Tensor, heads: int, split: int, 
 # head sizes 16, 24 (not a power of two: Qwen2's tiny test model), 64; 7 query heads a KV head (Qwen2-7B)
 @pytest.mark.parametrize(("heads", "head_dim"), [(HEADS, D), (HEADS, 24), (7 * KV_HEADS, 64)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("num_new", [1, 3, 9])  # 9: a class cut in two (triton_tiling.MAX_TOKENS)
+@pytest.mark.parametrize("num_new", [1, 3, 9])  # 9: a class cut in two (triton_reads.MAX_TOKENS)
 @pytest.mark.usefixtures("triton_kernel")
 def test_triton_matches_per_row_attention(
     num_new: int, dtype: torch.dtype, heads: int, head_dim: int
@@ -307,7 +318,7 @@ def test_triton_matches_per_row_attention(
 def test_triton_session_classes_match_per_row_attention(dtype: torch.dtype) -> None:
     """Sessions' one-token rows as one class each (1-12 workers: past 8 tokens a class is cut), each
     worker at shifts of its own, headers beside them, long prompts split across programs."""
-    from paragen.engine import triton_tiling
+    from paragen.engine.hogwild import triton_reads
 
     rng = random.Random(11 + (dtype == torch.bfloat16))
     torch.manual_seed(11)
@@ -318,7 +329,7 @@ def test_triton_session_classes_match_per_row_attention(dtype: torch.dtype) -> N
         rng.shuffle(free)
         sessions = 1 if trial % 3 == 0 else rng.randint(2, 3)
         rows = session_rows(rng, free, sessions, (10, 12) if trial % 3 == 1 else (1, 4), header=0.2)
-        classes = triton_tiling.key_classes(rows)
+        classes = triton_reads.key_classes(rows)
         cut += len(classes) - len({id(one.slots) for one in classes})  # parts of one class share its slots
         check_triton(rows, kv, HEADS, 128 * (trial % 2))
     assert cut > 0
@@ -327,7 +338,7 @@ def test_triton_session_classes_match_per_row_attention(dtype: torch.dtype) -> N
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.usefixtures("triton_kernel")
 def test_triton_padded_plans_match_per_row_attention(dtype: torch.dtype) -> None:
-    """The plans CUDA graphs replay: keys and rotations padded to their buckets in one buffer
+    """The reads CUDA graphs replay: keys and rotations padded to their buckets in one buffer
     (padding never read), the grid sized for the padded count."""
     rng = random.Random(17 + (dtype == torch.bfloat16))
     torch.manual_seed(17)

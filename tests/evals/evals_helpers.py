@@ -6,8 +6,8 @@ import signal
 import time
 
 from evals.records import EvalRecord, GradeRecord
+from paragen._context import RunContext
 from paragen.answers import extract_answer, majority_vote
-from paragen.context import RunContext
 from paragen.prompts import solve_messages
 from paragen.registry import STRATEGY_GROUP, register
 from paragen.strategy import BaseStrategy, StrategyConfig

@@ -142,7 +142,7 @@ def _eval_args(out: Path) -> list[str]:
 def test_without_matplotlib_eval_says_so_and_keeps_its_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The default plot is skipped with one line; before, the run ended in a traceback."""
+    """The default plot is skipped with one line, not a traceback that ends the run."""
     register_test_strategies()
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what `import matplotlib` sees when absent
     result = runner.invoke(app, _eval_args(tmp_path / "r"))

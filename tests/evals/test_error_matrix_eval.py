@@ -1,8 +1,8 @@
 """A representative part of the error matrix through `paragen eval` (in-process): every problem keeps its
-record whether the budget is spent, the deadline passes or the backend fails (issue 19).
+record whether the budget is spent, the deadline passes or the backend fails.
 
-Before: a budget spent inside PDR's majority drafts ended the sweep with an ExceptionGroup, exit 1,
-no records. The faults come from the scripted backend's script files (`-b scripted:FILE`).
+A budget spent inside PDR's majority drafts, say, must not end the sweep with an ExceptionGroup,
+exit 1 and no records. The faults come from the scripted backend's script files (`-b scripted:FILE`).
 """
 
 from __future__ import annotations

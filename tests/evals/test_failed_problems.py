@@ -1,7 +1,7 @@
-"""A problem whose run raised is recorded as "failed" and the sweep goes on (issue 19).
+"""A problem whose run raised is recorded as "failed" and the sweep goes on.
 
-Before: the first strategy bug ended `paragen eval` with a traceback, the other problems unrecorded.
-Now: every problem has its record, the failed ones keep the exception's type, message and
+A strategy bug does not end `paragen eval` with a traceback and the other problems unrecorded:
+every problem has its record, the failed ones keep the exception's type, message and
 traceback, the exit code is 3, `--fail-fast` stops after recording the first failure, `--resume`
 runs the failed ones again, and `paragen report` leaves them out of its tables and says so.
 """
@@ -72,7 +72,7 @@ def test_fail_fast_stops_at_the_first_failure_once_recorded(tmp_path: Path) -> N
 
 def test_resume_runs_failed_problems_again(tmp_path: Path) -> None:
     eval_cli(tmp_path / "r")
-    BUGGY_IDS.clear()  # the bug is fixed
+    BUGGY_IDS.clear()  # the strategy no longer raises on them
     result = eval_cli(tmp_path / "r", "--resume")
     assert result.exit_code == 0, result.output
     found = load_records(tmp_path / "r")

@@ -9,8 +9,8 @@ import pytest
 from evals.grading import Grader
 from evals.runner import EvalSpec, build_combos, run_eval
 from evals.tasks import Selection, get_task, load_task
+from paragen._context import RunContext
 from paragen.backends.scripted import ScriptedBackend, arithmetic_responder
-from paragen.context import RunContext
 from paragen.prompts import solve_messages
 from paragen.registry import STRATEGY_GROUP, register
 from paragen.strategy import BaseStrategy, StrategyConfig

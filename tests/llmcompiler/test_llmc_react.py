@@ -7,7 +7,7 @@ import itertools
 import anyio
 import pytest
 
-from evals.tools_tasks.synthetic import SyntheticTask
+from evals.tasks.synthetic import SyntheticTask
 from paragen.backends.scripted import ScriptedBackend
 from paragen.orchestrator import Orchestrator
 from paragen.types import Problem

@@ -32,8 +32,8 @@ DAG = """1. wait(0.3, "a")
 @pytest.fixture(autouse=True)
 def no_collection_pause() -> Iterator[None]:
     """These tests time a schedule to 20 ms; a full garbage collection late in a long test session
-    (torch and transformers loaded) stalls the event loop for 150-400 ms and once started a tool 0.37 s
-    late. Collected before, none during."""
+    (torch and transformers loaded) stalls the event loop for far longer than that, and a tool then
+    starts late. Collected before, none during."""
     gc.collect()
     gc.disable()
     try:

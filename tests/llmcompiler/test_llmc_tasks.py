@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evals.tools_tasks.game24 import check_24, load_game24
-from evals.tools_tasks.llmcompiler_sets import SETS, grade, load_set, strategy_options
-from evals.tools_tasks.synthetic import default_task, plan_text
+from evals.tasks.game24 import check_24, load_game24
+from evals.tasks.llmcompiler_sets import SETS, grade, load_set, strategy_options
+from evals.tasks.synthetic import default_task, plan_text
 from paragen.errors import ConfigError
 from strategies.llmcompiler.plan import parse_plan
 

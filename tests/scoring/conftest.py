@@ -1,7 +1,9 @@
-"""Fixtures for the scorer tests: tiny random-init PRM and ORM checkpoints (tiny_models.py)."""
+"""Fixtures for the scorer tests: tiny random-init PRM and ORM checkpoints (tiny_models.py, built by
+the root conftest's tiny_model; SmolLM2's smol_dir comes from there too)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -9,27 +11,16 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from paragen.engine import loader
-
 
 @pytest.fixture(scope="session")
-def smol_dir() -> Path:
-    try:
-        loader.default_model_path()
-    except Exception as exc:
-        pytest.skip(f"default model not installed: {exc}")
-    return loader.resolve(None)
-
-
-@pytest.fixture(scope="session")
-def tiny_prm(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path:
+def tiny_prm(tiny_model: Callable[..., Path]) -> Path:
     from tiny_models import build_tiny_prm
 
-    return build_tiny_prm(tmp_path_factory.mktemp("prm") / "prm", smol_dir)
+    return build_tiny_prm(tiny_model)
 
 
 @pytest.fixture(scope="session")
-def tiny_orm(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Path:
+def tiny_orm(tiny_model: Callable[..., Path]) -> Path:
     from tiny_models import build_tiny_orm
 
-    return build_tiny_orm(tmp_path_factory.mktemp("orm") / "orm", smol_dir)
+    return build_tiny_orm(tiny_model)

@@ -75,8 +75,8 @@ async def prm(vllm_settings: None, tiny_prm: Path) -> AsyncIterator[VLLMScorer]:
 
 
 async def test_the_event_loop_goes_on_while_the_engine_loads(prm: VLLMScorer) -> None:
-    """Loading in a worker thread: a 20 ms tick is held up at most by an import holding the GIL
-    (0.4 s seen), never for the whole load (15 s here when open() ran on the loop)."""
+    """Loading in a worker thread: a 20 ms tick is held up at most by an import holding the GIL,
+    never for the whole load (as it would be if open() ran on the event loop)."""
     assert OPENING["seconds"] > 4.0, OPENING  # loading took long enough for a stall to show
     assert OPENING["longest_gap"] < 2.0, OPENING
 

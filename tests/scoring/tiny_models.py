@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,33 +24,18 @@ from safetensors.torch import load_file, save_file
 transformers: Any = importlib.import_module("transformers")
 
 STEP_TAG = "<extra_0>"
+# Over the root conftest's tiny shape. head_dim 32: vLLM's CPU attention has no kernel for smaller
+# heads (16 fails at the first request).
+QWEN2: dict[str, Any] = {
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 1024,
+    "rope_theta": 10000.0,
+}
+TinyModel = Callable[..., Path]  # the root conftest's tiny_model fixture
 
 
-def _tokenizer(smol: Path) -> Any:
-    tokenizer = transformers.AutoTokenizer.from_pretrained(smol)
-    tokenizer.add_special_tokens({"additional_special_tokens": [STEP_TAG]})
-    return tokenizer
-
-
-def _config(tokenizer: Any, **extra: object) -> Any:
-    return transformers.Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        # head_dim 32: vLLM's CPU attention has no kernel for smaller heads (16 fails at the first request)
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=1024,
-        rope_theta=10000.0,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-        tie_word_embeddings=False,
-        **extra,
-    )
-
-
-def _randomise(module: torch.nn.Module) -> None:
+def _randomise(module: Any) -> None:
     with torch.no_grad():  # larger than HF's init, so scores spread and a wrong position shows
         for name, param in module.named_parameters():
             if name.endswith("bias"):
@@ -58,13 +44,17 @@ def _randomise(module: torch.nn.Module) -> None:
                 param.normal_(0.0, 0.2)
 
 
-def build_tiny_prm(out: Path, smol: Path) -> Path:
-    """A Qwen2ForProcessRewardModel checkpoint at ``out`` (safetensors, config, tokenizer)."""
-    torch.manual_seed(0)
-    tokenizer = _tokenizer(smol)
-    config = _config(tokenizer, num_labels=2)
-    body = transformers.Qwen2Model(config)
-    _randomise(body)
+def build_tiny_prm(tiny_model: TinyModel) -> Path:
+    """A Qwen2ForProcessRewardModel checkpoint (safetensors, config, tokenizer)."""
+    return tiny_model(
+        "prm", "Qwen2Model", special_tokens=(STEP_TAG,), pad=True, init=_randomise, save=_save_prm,
+        num_labels=2, **QWEN2,
+    )  # fmt: skip
+
+
+def _save_prm(body: Any, out: Path) -> None:
+    """The Qwen2 body with a PRM's head (``score`` = Linear(h, h), ReLU, Linear(h, 2)) on it."""
+    config = body.config
     hidden = config.hidden_size
     score = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2))
     _randomise(score)
@@ -76,20 +66,14 @@ def build_tiny_prm(out: Path, smol: Path) -> Path:
     data["architectures"] = ["Qwen2ForProcessRewardModel"]
     data["torch_dtype"] = "float32"
     (out / "config.json").write_text(json.dumps(data, indent=2))
-    tokenizer.save_pretrained(out)
-    return out
 
 
-def build_tiny_orm(out: Path, smol: Path) -> Path:
+def build_tiny_orm(tiny_model: TinyModel) -> Path:
     """A Qwen2ForSequenceClassification checkpoint with one label (an outcome reward)."""
-    torch.manual_seed(1)
-    tokenizer = _tokenizer(smol)
-    config = _config(tokenizer, num_labels=1)
-    model = transformers.Qwen2ForSequenceClassification(config)
-    _randomise(model)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return tiny_model(
+        "orm", "Qwen2ForSequenceClassification", seed=1, special_tokens=(STEP_TAG,), pad=True,
+        init=_randomise, num_labels=1, **QWEN2,
+    )  # fmt: skip
 
 
 def hf_prm_step_scores(path: Path, text: str) -> list[float]:

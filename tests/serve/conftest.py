@@ -61,30 +61,11 @@ def endless(request: GenerateRequest, index: int) -> Script:
 
 
 @pytest.fixture(scope="session")
-def tiny_engine_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from paragen.engine import loader
-
-    try:
-        smol = loader.resolve(None)
-    except Exception as exc:
-        pytest.skip(f"default model not installed: {exc}")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(smol)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
+def tiny_engine_dir(tiny_model: Callable[..., Path]) -> Path:
+    return tiny_model(
+        "tiny-llama",
+        "LlamaForCausalLM",
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=4096,
-        eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=False,
     )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
-    out: Path = tmp_path_factory.mktemp("serve-tiny") / "tiny-llama"
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out

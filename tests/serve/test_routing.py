@@ -146,3 +146,10 @@ def test_content_chunks_from_the_template_are_the_chunks(kind: Any, text: str) -
     plan = router().plan(kind.model_validate({"model": "smollm2", **field}))
     fast = render.ContentChunks(plan, 1700000000, 2)
     assert fast(text) == render.chunk(plan, 1700000000, 2, text=text)
+
+
+@pytest.mark.parametrize("name", ["passthrough", "tool_vote"])
+def test_the_strategies_serve_runs_itself_are_not_named_by_requests(name: str) -> None:
+    assert name not in router().strategies()
+    with pytest.raises(APIError, match="unknown"):
+        plan_of(model=f"{name}/smollm2")

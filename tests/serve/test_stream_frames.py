@@ -10,8 +10,8 @@ import pytest
 from conftest import Serve
 from openai.types.chat import ChatCompletionMessageParam
 
+from paragen._live import LiveSample
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.live import LiveSample
 from paragen.serve.responses import _joined
 from paragen.types import Delta, Trace
 

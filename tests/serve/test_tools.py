@@ -16,6 +16,7 @@ from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.types import GenerateRequest
+from strategies.tool_vote import canonical_arguments
 
 Q = [{"role": "user", "content": "What is the weather in Paris?"}]
 TOOLS: list[dict[str, Any]] = [
@@ -188,3 +189,8 @@ def test_an_unknown_rule_is_a_400(serve: Serve, rule: str) -> None:
         body = {"model": "majority-1/scripted", "messages": Q, "tools": TOOLS, "paragen": {"tool_vote": rule}}
         response = httpx.post(url + "/chat/completions", json=body)
     assert response.status_code == 400 and "paragen.tool_vote" in response.json()["error"]["message"]
+
+
+def test_arguments_compare_as_canonical_json() -> None:
+    assert canonical_arguments('{ "b": 1, "a": [1, 2] }') == '{"a":[1,2],"b":1}'
+    assert canonical_arguments(" not json ") == "not json"

@@ -5,34 +5,20 @@ server with tracing on) join the one tree. Spans go to an in-memory exporter sha
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 from conftest import counting_responder, serving
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from paragen import tracing
 from paragen.backends.openai import OpenAIBackend
 from paragen.backends.scripted import ScriptedBackend
 from paragen.types import StrategyResult
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.enable(provider)
-    yield exporter
-    tracing.disable()
 
 
 def attr(span: ReadableSpan, name: str) -> Any:

@@ -71,7 +71,7 @@ def scripted(scenario: Scenario) -> ScriptedBackend:
 
 
 class FailingSession(ScriptedSharedSession):
-    """A shared-cache session whose forward passes fail from pass ``fail_from`` on."""
+    """A shared session whose forward passes fail from pass ``fail_from`` on."""
 
     def __init__(self, fail_from: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
-from strategy_helpers import SYNC, run, samples, words
+from strategy_helpers import SYNC, RewritingBackend, run, samples, words
 
+from paragen._live import LiveSample
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.errors import ConfigError
-from paragen.live import LiveSample
 from paragen.types import Delta, GenerateRequest, Trace
 from strategies.budget_forcing import BudgetForcing
 from strategies.deepconf import (
@@ -84,27 +81,9 @@ async def test_deepconf_online_stops_at_consensus() -> None:
     assert len(samples(result)) == 4
 
 
-class _Rewrite:
-    """A scripted stream whose logprobs say how sure each word is: "unsure" words get log p = -3."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.usage = inner.usage
-
-    async def abort(self, index: int) -> None:
-        await self._inner.abort(index)
-
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        async for delta in self._inner:
-            delta.logprobs = (-3.0 if "unsure" in delta.text else -0.01,)
-            yield delta
-
-
-class _ConfidenceBackend(ScriptedBackend):
-    @asynccontextmanager
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[Any]:
-        async with super().stream(request) as inner:
-            yield _Rewrite(inner)
+def _sureness(delta: Delta) -> None:
+    """The delta's logprobs say how sure its word is: "unsure" words get log p = -3."""
+    delta.logprobs = (-3.0 if "unsure" in delta.text else -0.01,)
 
 
 @pytest.mark.anyio
@@ -113,7 +92,7 @@ async def test_deepconf_online_prunes_low_confidence_traces() -> None:
         word = "sure" if backend.calls <= 4 else "unsure"  # the warm-up is sure, later traces are not
         return Script(text=" ".join([word] * 12) + f" \\boxed{{{index % 2}}}", token_delay=0.002)
 
-    backend = _ConfidenceBackend(responder, capabilities=SYNC)
+    backend = RewritingBackend(responder, _sureness, capabilities=SYNC)
     strategy = DeepConfOnline(n=12, n_init=4, batch=8, window=3, eta=90, consensus=0.99)
     result, _ = await run(strategy, backend)
     online = [t for t in samples(result) if t.label == "online"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from strategy_helpers import PROBLEM, run, samples, words
 
-from paragen import Orchestrator, SamplingParams
+from paragen import ChatMessage, Orchestrator, SamplingParams, build_strategy
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.errors import ConfigError
@@ -114,3 +114,12 @@ async def test_adaptive_consistency_gives_each_batch_new_seeds() -> None:
     await orchestrator.run(AdaptiveConsistency(n=4, batch=2), PROBLEM)
     seeds = [s.request.params.seed or 0 for s in backend.streams]  # a batch's samples open in any order
     assert [sorted(seeds[:2]), sorted(seeds[2:])] == [[10, 11], [12, 13]]
+
+
+async def test_serves_own_strategies_run_alone_on_the_question() -> None:
+    """passthrough and tool_vote (what paragen serve runs) without a request's messages: the question."""
+    one, backend = await run(build_strategy("passthrough"), ["four"])
+    assert one.text == "four" and one.answer is None
+    assert backend.streams[0].request.messages == (ChatMessage(role="user", content=PROBLEM.question),)
+    voted, _ = await run(build_strategy("tool_vote", {"n": 3}), ["a", "b", "c"])
+    assert voted.text == "a" and voted.details["tool_vote"]["voters"] == 3

@@ -1,4 +1,4 @@
-"""DeepConf offline, live and re-scored from the record, is one computation (strategies.confidence)."""
+"""DeepConf offline, live and re-scored from the record, is one computation (strategies._confidence)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from evals.records import EvalRecord, GradeRecord
 from paragen import Problem, SamplingParams
 from paragen.answers import answer_key
 from paragen.backends.scripted import Script
-from strategies.confidence import confident_vote, keep_top
+from strategies._confidence import confident_vote, keep_top
 from strategies.deepconf import DeepConf
 
 # The scripted backend gives every token a log-probability that depends only on its position, so a

@@ -1,5 +1,5 @@
 """Every built-in strategy x {budget hit on the first sample, deadline mid-run, a backend failing every
-request, one failing mid-stream} ends in a StrategyResult with the right stop_reason (issue 19).
+request, one failing mid-stream} ends in a StrategyResult with the right stop_reason.
 
 The scripted backend plays the faults (tests/strategies/error_matrix.py); composites are included:
 PDR with majority and FFS drafts, DeepPrune with the llm judge, LLMCompiler replanning. Hogwild!
@@ -25,7 +25,7 @@ PROBLEM = Problem(id="p", question="What is 2 + 3?", gold="5")
 # sample is a trace with status "error" and the strategy finishes without an answer: "done", since
 # the run itself did not fail (its accounting and traces are whole), the samples did.
 FAILED_BACKEND_ENDS_IN_ERROR = {
-    # the shared-cache session raises the backend's error out of the strategy: classified as "error"
+    # the shared session raises the backend's error out of the strategy: classified as "error"
     "hogwild": "scripted",
     # the planner's sample failed, so its plan is empty (or cut): the strategy reports the bad plan
     "llmcompiler": "malformed plan",

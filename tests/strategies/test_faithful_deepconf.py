@@ -7,21 +7,20 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 import reference_rules as ref
-from strategy_helpers import SYNC, run, samples
+from strategy_helpers import SYNC, RewritingBackend, run, samples
 
 from evals.bank import BankProblem, deepconf_offline
+from paragen._live import LiveSample
 from paragen.backends.base import Capabilities
-from paragen.backends.scripted import Script, ScriptedBackend, tokenize
-from paragen.live import LiveSample
-from paragen.types import GenerateRequest, StrategyResult, Trace
-from strategies.confidence import confident_vote, keep_top, trace_score
+from paragen.backends.scripted import Script, tokenize
+from paragen.types import Delta, GenerateRequest, StrategyResult, Trace
+from strategies._confidence import confident_vote, keep_top, trace_score
 from strategies.deepconf import DeepConf, DeepConfOnline
 
 OWN = Capabilities(logprobs=True, continue_final=True, tokenizer=True, top_logprobs=20)  # one request each
@@ -42,31 +41,13 @@ def confs_of(text: str) -> list[float]:
     return [float(m.group(1)) if m else 0.0 for m in found]
 
 
-class _Confident:
-    """A scripted stream whose tokens carry the top-k log-probabilities their ``c<k>`` spells."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.usage = inner.usage
-
-    async def abort(self, index: int) -> None:
-        await self._inner.abort(index)
-
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        async for delta in self._inner:
-            conf = confs_of(delta.text)[0]
-            delta.logprobs, delta.top_logprobs = (-conf,), ((-conf, -conf),)
-            yield delta
+def _confident(delta: Delta) -> None:
+    """The delta's token carries the top-k log-probabilities its ``c<k>`` spells."""
+    conf = confs_of(delta.text)[0]
+    delta.logprobs, delta.top_logprobs = (-conf,), ((-conf, -conf),)
 
 
-class ConfidenceBackend(ScriptedBackend):
-    @asynccontextmanager
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[Any]:
-        async with super().stream(request) as inner:
-            yield _Confident(inner)
-
-
-def backend_for(specs: Sequence[Spec], caps: Capabilities) -> ConfidenceBackend:
+def backend_for(specs: Sequence[Spec], caps: Capabilities) -> RewritingBackend:
     """The i-th choice opened writes ``specs[i]``: warm-up traces first, then the online ones."""
     order = iter(specs)
 
@@ -74,7 +55,7 @@ def backend_for(specs: Sequence[Spec], caps: Capabilities) -> ConfidenceBackend:
         confs, answer = next(order)
         return Script(text=text_of(confs, answer), token_delay=0.001)
 
-    return ConfidenceBackend(respond, capabilities=caps)
+    return RewritingBackend(respond, _confident, capabilities=caps)
 
 
 async def online(

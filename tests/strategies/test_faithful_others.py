@@ -11,9 +11,9 @@ from search_helpers import VERIFIER, Tree, by_text, run_search
 from strategy_helpers import PROBLEM, SYNC, run, words
 
 from paragen import BaseStrategy, RunContext, StrategyConfig
+from paragen._live import LiveSample
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.errors import ConfigError
-from paragen.live import LiveSample
 from paragen.orchestrator import Orchestrator
 from paragen.types import Problem, SamplingParams, StrategyResult
 from strategies.beam_search import BeamSearch, proposal_counts

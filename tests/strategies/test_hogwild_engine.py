@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from paragen.backends.base import SharedSample  # noqa: E402
-from paragen.backends.engine import EngineBackend, EngineSharedSession  # noqa: E402
+from paragen.backends.engine import AsyncSharedSession, EngineBackend  # noqa: E402
 from paragen.config import Budget  # noqa: E402
 from paragen.engine import loader  # noqa: E402
 from paragen.orchestrator import Orchestrator  # noqa: E402
@@ -111,17 +111,17 @@ async def test_two_workers_account_passes_and_free_every_block(tiny: EngineBacke
 
 async def test_a_cancelled_run_frees_every_block(roomy_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The deadline must land while the workers decode. With 512 positions the system prompt leaves
-    # room for ~7 passes of 3 workers, and a fast CPU finished them and the finisher inside 0.1 s.
+    # room for ~7 passes of 3 workers, which a fast CPU finishes with the finisher inside 0.1 s.
     # Here the context holds ~1200 passes and each is paced to at least 20 ms, so the 0.3 s deadline
     # cuts the run after at most ~15 passes on any CPU (in a pass on the step thread or in the pacing
     # sleep: both must free every block).
-    real_forward = EngineSharedSession.forward
+    real_forward = AsyncSharedSession.forward
 
-    async def paced_forward(self: EngineSharedSession, *args: Any, **kwargs: Any) -> list[SharedSample]:
+    async def paced_forward(self: AsyncSharedSession, *args: Any, **kwargs: Any) -> list[SharedSample]:
         await anyio.sleep(0.02)
         return await real_forward(self, *args, **kwargs)
 
-    monkeypatch.setattr(EngineSharedSession, "forward", paced_forward)
+    monkeypatch.setattr(AsyncSharedSession, "forward", paced_forward)
     backend = EngineBackend.from_spec(str(roomy_path), dtype="float32", num_blocks=NUM_BLOCKS, block_size=4)
     try:
         result = await _run(backend, Hogwild(workers=3), max_tokens=4000, budget=Budget(deadline_s=0.3))

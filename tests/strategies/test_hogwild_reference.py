@@ -13,9 +13,9 @@ from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
 from paragen.strategy import Strategy
 from paragen.types import GenerateRequest, Problem, SamplingParams, StrategyResult
-from strategies.finisher import FINISHER_TEXT
+from strategies._finisher import FINISHER_TEXT
+from strategies._hogwild_reference import REFERENCE_PROMPTS
 from strategies.hogwild import Hogwild
-from strategies.hogwild_reference import REFERENCE_PROMPTS
 from strategies.majority import Majority
 from strategies.single import Single
 

@@ -10,6 +10,7 @@ import pytest
 from pydantic import TypeAdapter
 from rich.console import Console
 
+from paragen._live_view import WorkerColumns
 from paragen.backends.scripted import ScriptedBackend
 from paragen.backends.scripted_shared import (
     ScriptedSharedBackend,
@@ -20,12 +21,11 @@ from paragen.backends.scripted_shared import (
 from paragen.config import Budget
 from paragen.errors import ConfigError
 from paragen.events import Event, WorkerText
-from paragen.live_view import WorkerColumns
 from paragen.orchestrator import Orchestrator
 from paragen.prompts import solve_messages
 from paragen.types import Problem, SamplingParams, StrategyResult
+from strategies._hogwild_prompts import HogwildPrompts, ends_step
 from strategies.hogwild import Hogwild
-from strategies.hogwild_prompts import HogwildPrompts, ends_step
 
 PROBLEM = Problem(id="p", question="What is 2 + 3?", gold="5")
 ALICE_ANSWERS = "Two plus three. It is five.\n\nSo \\boxed{5}.\n\nextra words here"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from strategy_helpers import PROBLEM
 
+from paragen._context import RunContext
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.context import RunContext
 from paragen.errors import ConfigError
 from paragen.types import GenerateRequest
 from strategies.deepprune.judges import load_judge

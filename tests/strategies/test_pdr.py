@@ -8,12 +8,11 @@ import pytest
 from strategy_helpers import PROBLEM, run, samples, words
 
 from paragen import registry
+from paragen._context import RunContext
 from paragen.backends.scripted import Script, ScriptedBackend, tokenize
-from paragen.context import RunContext
 from paragen.errors import ConfigError
 from paragen.types import GenerateRequest
-from strategies.deepprune import DeepPrune
-from strategies.distill import (
+from strategies._distill import (
     Draft,
     agreement_scores,
     bounded,
@@ -23,6 +22,7 @@ from strategies.distill import (
     shared_topk,
     top_k,
 )
+from strategies.deepprune import DeepPrune
 from strategies.ffs import FFS
 from strategies.pdr import PDR, SR, paper_budgets, refine_question
 

@@ -15,7 +15,7 @@ from paragen.errors import ConfigError
 from paragen.registry import load_strategy
 from paragen.scoring import ScoreRequest, ScorerError, Scorers, ScriptedScorer, build_scorer
 from paragen.strategy import build_strategy, count_field
-from strategies.search_common import Path, answer_weight, split_steps
+from strategies._search_common import Path, answer_weight, split_steps
 from strategies.weighted_bon import WeightedBoN, WeightedBoNConfig
 
 # Four solutions; the first step of each sets its answer's fate. Scores per step text. Finishing

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from search_helpers import VERIFIER, run_search
 from strategy_helpers import run, words
 from test_search_beam import SCORES, TREE
 
-from paragen import tracing
+from paragen import _tracing as tracing
 from paragen.backends.scripted import Script
 from paragen.types import StrategyResult, Trace
 from strategies.beam_search import BeamSearch
@@ -24,16 +22,6 @@ from strategies.ffs import FFS
 from strategies.pdr import PDR
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.enable(provider)
-    yield exporter
-    tracing.disable()
 
 
 class Tree:
@@ -122,7 +110,7 @@ from paragen import Orchestrator, Problem
 from paragen.backends.scripted import ScriptedBackend
 from strategies.ffs import FFS
 anyio.run(Orchestrator(ScriptedBackend(["a \\\\boxed{1}"])).run, FFS(n=2), Problem(question="q"))
-print(sorted(m for m in sys.modules if m.startswith(("opentelemetry", "paragen.otel", "prometheus"))))
+print(sorted(m for m in sys.modules if m.startswith(("opentelemetry", "paragen._otel", "prometheus"))))
 """
 
 

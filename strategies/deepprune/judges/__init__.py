@@ -8,8 +8,11 @@ model such as THU-KEG/DeepPrune-Judge-4B, given a local path).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
+
+import anyio
+import anyio.to_thread
 
 from paragen import RunContext
 from paragen.errors import ConfigError, PluginNotFoundError
@@ -34,6 +37,17 @@ class Judge(Protocol):
     async def same_answer(self, pairs: Sequence[Pair], ctx: RunContext | None = None) -> list[float]: ...
 
 
+async def scored_in_thread(
+    lock: anyio.Lock, score: Callable[[list[Pair]], list[float]], pairs: Sequence[Pair]
+) -> list[float]:
+    """A local model's blocking ``score`` of ``pairs`` in a worker thread, one batch at a time (the
+    event loop goes on streaming meanwhile)."""
+    if not pairs:
+        return []
+    async with lock:
+        return await anyio.to_thread.run_sync(score, list(pairs))
+
+
 def load_judge(name: str, options: dict[str, Any] | None = None) -> Judge:
     """Build the judge registered as ``name`` (entry points first, then the built-ins)."""
     try:
@@ -54,4 +68,4 @@ def load_judge(name: str, options: dict[str, Any] | None = None) -> Judge:
     return judge
 
 
-__all__ = ["BUILTIN", "Judge", "Pair", "load_judge"]
+__all__ = ["BUILTIN", "Judge", "Pair", "load_judge", "scored_in_thread"]

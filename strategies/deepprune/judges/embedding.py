@@ -16,6 +16,7 @@ import anyio
 
 from paragen import RunContext
 from paragen.errors import ConfigError
+from strategies.deepprune.judges import scored_in_thread
 
 
 def default_model_path() -> str:
@@ -73,10 +74,7 @@ class EmbeddingJudge:
     async def same_answer(
         self, pairs: Sequence[tuple[str, str]], ctx: RunContext | None = None
     ) -> list[float]:
-        if not pairs:
-            return []
-        async with self._lock:  # one model, one batch at a time
-            return await anyio.to_thread.run_sync(self.cosines, list(pairs))
+        return await scored_in_thread(self._lock, self.cosines, pairs)
 
     def cosines(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         """Blocking: embed every distinct text once, then score each pair."""

@@ -16,6 +16,7 @@ import anyio
 
 from paragen import RunContext
 from paragen.errors import ConfigError
+from strategies.deepprune.judges import scored_in_thread
 
 TEMPLATE = (
     "Do these two partial reasoning traces reach the same final answer?\n\n"
@@ -68,10 +69,7 @@ class ModelJudge:
     async def same_answer(
         self, pairs: Sequence[tuple[str, str]], ctx: RunContext | None = None
     ) -> list[float]:
-        if not pairs:
-            return []
-        async with self._lock:
-            return await anyio.to_thread.run_sync(self.score, list(pairs))
+        return await scored_in_thread(self._lock, self.score, pairs)
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         """Blocking: score the pairs in batches."""

@@ -24,7 +24,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
-from paragen.errors import ConfigError
+from paragen.errors import ConfigError, describe_invalid
 from paragen.registry import TOOL_GROUP, load, register
 
 ToolFn = Callable[..., Awaitable[str]]
@@ -63,9 +63,7 @@ class Tool:
         try:
             return self.args_model.model_validate(values)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "arguments"
-            raise ToolInputError(f"{self.name}: {where}: {err['msg']}") from exc
+            raise ToolInputError(f"{self.name}: {describe_invalid(exc, whole='arguments')}") from exc
 
     async def __call__(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> str:
         model = self.validate(args, kwargs or {})
