@@ -9,6 +9,7 @@ they must agree, so a request never runs something other than what it asked for.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,12 +70,12 @@ class Plan:
         """A strategy object for one run (pass-through ones carry their own text sink)."""
         strategy: Strategy
         if self.strategy_name is None:
-            strategy = load_strategy(PASSTHROUGH)(
+            strategy = _serve_own(PASSTHROUGH)(
                 messages=self.messages, prompt=self.prompt, on_text=on_text, tools=self.tools
             )
         elif self.tools is not None and self.messages is not None:
             options = {**self.config, "rule": self.tool_vote}
-            strategy = load_strategy(TOOL_VOTE)(messages=self.messages, tools=self.tools, **options)
+            strategy = _serve_own(TOOL_VOTE)(messages=self.messages, tools=self.tools, **options)
         else:
             strategy = build_strategy(self.strategy_name, self.config)
         return strategy
@@ -224,6 +225,13 @@ def _agree(what: str, first: Any, second: Any, model: str) -> Any:
             code="conflicting_parameters",
         )
     return first if first is not None else second
+
+
+@functools.cache
+def _serve_own(name: str) -> Any:
+    """passthrough's or tool_vote's class, looked up once per process: a lookup reads every installed
+    package's entry points, more work than the rest of a short request."""
+    return load_strategy(name)
 
 
 def _count_field(strategy: str, model: str) -> str:
