@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from evals.cli_shards import merge_command, run_procs
 from paragen import _tracing as tracing
 from paragen._cli_options import (
     BackendChoice,
@@ -161,15 +162,26 @@ def eval_command(
         typer.Option(help="write pareto.png beside the records (default: when matplotlib is installed)"),
     ] = None,
     otlp_endpoint: OtlpOpt = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(metavar="I/N", help="run only shard I of N of the sweep (merge them: paragen merge)"),
+    ] = None,
+    procs: Annotated[
+        int | None,
+        typer.Option(metavar="P", help="run the sweep as P shard processes here, then merge them into --out"),
+    ] = None,
 ) -> None:
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
     from evals.plots import INSTALL_HINT, MISSING, can_plot, require_plotting
     from evals.runner import EvalSpec, build_combos
+    from evals.shards import parse_shard
     from evals.tasks import get_task
 
     try:
         task_obj = get_task(task, question=question_field, answer=answer_field, id_field=id_field,
                             grading=grading, split=split)  # fmt: skip
+        shard_part = None if shard is None else parse_shard(shard)
+        _at_least(procs, 1, "--procs")
         names = unique(_split(strategies), "--strategies")
         selection = _selection(limit, offset, ids, shuffle)
         _at_least(max_concurrent, 1, "--max-concurrent")
@@ -206,8 +218,12 @@ def eval_command(
             seeds=seed_list if len(seed_list) > 1 else [],
             progress=progress,
             fail_fast=fail_fast,
+            shard=shard_part,
         )
-        records = run_sweep(spec, chosen, otlp_endpoint=otlp_endpoint)
+        if procs is None:
+            records = run_sweep(spec, chosen, otlp_endpoint=otlp_endpoint)
+        else:
+            records = run_procs(out, procs, shard_part, resume=resume or new_run)
     except ParagenError as exc:
         _fail(exc)
         return
@@ -380,9 +396,10 @@ def _show(runs: Path | list[Path], *, fmt: str, do_regrade: bool, plot: bool, **
 
 
 def register(app: typer.Typer) -> None:
-    """Add `eval` and `report` to a typer app (the paragen CLI mounts them this way)."""
+    """Add `eval`, `report` and `merge` to a typer app (the paragen CLI mounts them this way)."""
     app.command("eval")(eval_command)
     app.command("report")(report_command)
+    app.command("merge")(merge_command)
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="paragen's eval harness")

@@ -112,6 +112,15 @@ class StrategyEntry(_Strict):
     config: dict[str, Any]
 
 
+class ShardInfo(_Strict):
+    """Which part of a sharded sweep a run folder holds (see :mod:`evals.shards`)."""
+
+    sweep: str  # fingerprint of the whole sweep: every shard of one sweep records the same
+    count: int  # the sweep's number of shards
+    indices: list[int]  # the shards held (1-based): one for a shard, several for a merged folder
+    runs: list[str] = Field(default_factory=list)  # a merged folder: the run ids of its shards
+
+
 class RunInfo(_Strict):
     """run.json: the run's settings, data source, problems and versions."""
 
@@ -131,6 +140,7 @@ class RunInfo(_Strict):
     # This invocation's counters (paragen.metrics: runs by outcome, tokens by kind, latency
     # histograms), written when its sweep ends.
     metrics: dict[str, float] = Field(default_factory=dict)
+    shard: ShardInfo | None = None  # --shard I/N, or a merge of shards: the part of the sweep held
 
 
 class EvalRecord(_Strict):

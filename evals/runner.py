@@ -48,6 +48,7 @@ from evals.records import (
     versions,
     write_run_info,
 )
+from evals.shards import Shard, check_shard_resume, owned_problems, shard_info
 from evals.tasks.base import Task
 from paragen.backends.base import Backend
 from paragen.config import Budget, spec_without_credentials
@@ -135,6 +136,7 @@ class EvalSpec:
     seeds: list[int] = field(default_factory=list)  # several sampling seeds: the sweep runs once per seed
     progress: bool = True
     grader_workers: int = 2
+    shard: Shard | None = None  # --shard I/N: run only this part of the sweep (evals.shards)
 
     def __post_init__(self) -> None:
         # The spec is written into run.json and every record: a key in its URL must not be.
@@ -183,6 +185,13 @@ def seed_samplings(spec: EvalSpec) -> list[SamplingParams]:
 
 
 def fresh_run_info(spec: EvalSpec) -> RunInfo:
+    info = _whole_run_info(spec)
+    if spec.shard is not None:
+        info.shard = shard_info(info, spec.shard)
+    return info
+
+
+def _whole_run_info(spec: EvalSpec) -> RunInfo:
     return RunInfo(
         run_id=uuid.uuid4().hex[:12],
         started_at=time.time(),
@@ -235,7 +244,9 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
         for combo in spec.combos:  # a reward model that cannot be loaded fails here, before any record
             await orch.open_verifiers(combo.strategy)
         await anyio.to_thread.run_sync(grader.wait_started)
-        run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
+        fresh = fresh_run_info(spec)
+        check_shard_resume(spec.out, fresh)
+        run_info = prepare_run(spec.out, fresh, resume=spec.resume, new_run=spec.new_run)
         writer = RecordWriter.open(spec.out)
         write_run_info(spec.out, run_info)
         try:
@@ -278,13 +289,10 @@ class _Sweep:
         """Run one configuration; True when a problem's run raised (with fail_fast: the first ends it)."""
         spec, run_info, sampling = self.spec, self.run_info, self.orch.defaults
         done = self.writer.done
-        todo = [
-            p for p in spec.problems if combo_key(spec, run_info, combo, p, seed=sampling.seed) not in done
-        ]
+        mine = owned_problems(spec, sampling.seed, combo)
+        todo = [p for p in mine if combo_key(spec, run_info, combo, p, seed=sampling.seed) not in done]
         tally = _Tally()
-        bar = self.progress.add_task(
-            tally.text(combo), total=len(spec.problems), completed=len(spec.problems) - len(todo)
-        )
+        bar = self.progress.add_task(tally.text(combo), total=len(mine), completed=len(mine) - len(todo))
         failed = False
         async with self.orch.stream_outcomes(combo.strategy, todo) as finished:
             async for index, outcome in finished:

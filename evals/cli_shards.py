@@ -1,0 +1,90 @@
+"""`paragen merge` and `paragen eval --procs`: the commands' side of sharded sweeps (evals.shards)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import click
+import typer
+
+from paragen._cli_options import check_out_folder
+from paragen._signals import until_terminated
+from paragen.errors import ConfigError, ParagenError
+
+if TYPE_CHECKING:
+    from evals.records import EvalRecord
+    from evals.shards import Shard
+
+
+def _fail(exc: ParagenError) -> None:
+    typer.echo(exc.one_line(), err=True)
+    raise typer.Exit(2)
+
+
+# Options a --procs child does not take from its parent: it gets its own folder, shard and quiet output.
+_PARENT_ONLY = frozenset({"out", "procs", "shard", "progress", "plot"})
+
+
+def child_options(ctx: click.Context) -> list[str]:
+    """The parent's eval options as a command line for its children (``--procs``), defaults included."""
+    args: list[str] = []
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        if not isinstance(param, click.Option) or param.name in _PARENT_ONLY or value is None:
+            continue
+        if param.is_flag:
+            args.append(param.opts[0] if value else param.secondary_opts[0])
+            continue
+        flag = next(o for o in param.opts if o.startswith("--"))
+        for item in value if param.multiple else [value]:
+            args += [flag, str(item)]
+    return args
+
+
+def run_procs(out: Path, procs: int, outer: Shard | None, *, resume: bool) -> list[EvalRecord]:
+    """Run the sweep as ``procs`` shard processes, merge their folders into ``out``; its records."""
+    import anyio
+
+    from evals.merge import merge_shards
+    from evals.procs import SHARDS_FOLDER, failed_child, plan_children, run_children
+    from evals.records import RUN_FILE, load_records
+
+    if (out / RUN_FILE).exists() and not resume:
+        hint = "pass --resume to continue it, or pick a new --out"
+        raise ConfigError(f"{out} already holds a run", hint=hint)
+    children = plan_children(child_options(click.get_current_context()), out, procs, outer)
+    typer.echo(f"{procs} shard processes; their folders and logs: {out / SHARDS_FOLDER}", err=True)
+    codes = anyio.run(until_terminated, lambda: run_children(children))
+    line = failed_child(children, codes)
+    if line is not None:
+        typer.echo(line, err=True)
+        raise typer.Exit(max(codes.values()) if 2 not in codes.values() else 2)
+    merge_shards(out, [child.out for child in children], partial=outer is not None, replace=True)
+    return load_records(out).latest()
+
+
+def merge_command(
+    out: Annotated[Path, typer.Argument(help="the merged run folder to write (new, or empty)")],
+    shards: Annotated[list[Path], typer.Argument(help="the shards' run folders (paragen eval --shard I/N)")],
+    partial: Annotated[
+        bool, typer.Option(help="merge the shards given even if others are missing (merge the rest later)")
+    ] = False,
+) -> None:
+    """Join the run folders of one sweep's shards into one run folder, checked complete."""
+    from evals.merge import merge_shards
+    from evals.records import load_records
+
+    try:
+        check_out_folder(out)
+        info = merge_shards(out, shards, partial=partial)
+    except ParagenError as exc:
+        _fail(exc)
+        return
+    held = info.shard.indices if info.shard else []
+    count = info.shard.count if info.shard else 1
+    typer.echo(f"{len(load_records(out).records)} records of shards {_held(held)} of {count} in {out}")
+
+
+def _held(indices: list[int]) -> str:
+    return ",".join(str(i) for i in indices)
