@@ -1,16 +1,23 @@
 """paragen's OpenAI backend against the official `openai` client, on the same local server.
 
 A small streaming server written here (raw HTTP/1.1 over anyio, in its own process) answers
-/v1/completions with server-sent events as fast as it can: each stream carries TOKENS chunks
-shaped like vLLM's (one token each, continuous usage). With the server adding almost nothing,
-the wall time of STREAMS concurrent streams is the client's own cost. Both clients run the
-same workload, alternating, REPEATS times; the ratio of their median wall times is printed.
+/v1/completions with server-sent events as fast as it can: each stream carries TOKENS tokens
+in chunks shaped like vLLM's (continuous usage), one token per chunk, or K with
+``--tokens-per-chunk K`` (as a server told to send several tokens at a time does, e.g. vLLM's
+``--stream-interval``). With the server adding almost nothing, the wall time of STREAMS
+concurrent streams is the client's own cost. Both clients run the same workload, alternating,
+REPEATS times; the ratio of their median wall times is printed, with each client's chunks per
+second (one process) and its CPU time per chunk (this process's CPU time over the run; the
+server's is not in it).
 
-The last line printed is JSON: {"paragen_over_openai_sdk_64": ..., ...}.
+    python benchmarks/openai_backend.py [--tokens-per-chunk K]
+
+The last line printed is JSON: {"paragen_over_openai_sdk_64": ..., "paragen_chunks_per_s": ...}.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -32,15 +39,22 @@ MODEL = "bench"
 # --- the server -----------------------------------------------------------------------------------
 
 
-def _event(i: int, last: bool) -> bytes:
-    choice = {"index": 0, "text": f" t{i}", "logprobs": None, "finish_reason": "length" if last else None}
-    usage = {"prompt_tokens": 4, "completion_tokens": i + 1, "total_tokens": i + 5}
+def _event(first: int, per_chunk: int, last: bool) -> bytes:
+    done = min(first + per_chunk, TOKENS)
+    text = "".join(f" t{i}" for i in range(first, done))
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length" if last else None}
+    usage = {"prompt_tokens": 4, "completion_tokens": done, "total_tokens": done + 4}
     chunk = {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": MODEL}
     data = json.dumps({**chunk, "choices": [choice], "usage": usage})
     return f"data: {data}\n\n".encode()
 
 
-EVENTS = [_event(i, i == TOKENS - 1) for i in range(TOKENS)] + [b"data: [DONE]\n\n"]
+def events(per_chunk: int) -> list[bytes]:
+    """One stream's SSE events: TOKENS tokens, ``per_chunk`` to a chunk, then [DONE]."""
+    starts = range(0, TOKENS, per_chunk)
+    return [_event(i, per_chunk, i + per_chunk >= TOKENS) for i in starts] + [b"data: [DONE]\n\n"]
+
+
 MODELS = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "vllm"}]})
 
 
@@ -67,7 +81,7 @@ async def _read_request(stream: SocketStream, buffer: bytearray) -> str | None:
     return head.split(b"\r\n", 1)[0].decode()
 
 
-async def _serve_connection(stream: SocketStream) -> None:
+async def _serve_connection(stream: SocketStream, stream_events: list[bytes]) -> None:
     buffer = bytearray()
     async with stream:
         while (line := await _read_request(stream, buffer)) is not None:
@@ -79,16 +93,21 @@ async def _serve_connection(stream: SocketStream) -> None:
             head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             try:
                 await stream.send(head)
-                for event in EVENTS:
+                for event in stream_events:
                     await stream.send(_chunked(event))
                 await stream.send(b"0\r\n\r\n")
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return
 
 
-async def _serve(port: int) -> None:
+async def _serve(port: int, per_chunk: int = 1) -> None:
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
-    await listener.serve(_serve_connection)
+    stream_events = events(per_chunk)
+
+    async def serve(stream: SocketStream) -> None:
+        await _serve_connection(stream, stream_events)
+
+    await listener.serve(serve)
 
 
 def _free_port() -> int:
@@ -98,9 +117,10 @@ def _free_port() -> int:
         return port
 
 
-def start_server() -> tuple[str, subprocess.Popen[bytes]]:
+def start_server(per_chunk: int = 1) -> tuple[str, subprocess.Popen[bytes]]:
+    """The server in its own process, ``per_chunk`` tokens to a chunk; its base URL once it answers."""
     port = _free_port()
-    process = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    process = subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(per_chunk)])
     url = f"http://127.0.0.1:{port}/v1"
     for _ in range(200):
         try:
@@ -173,15 +193,19 @@ async def run_openai_sdk(url: str) -> tuple[float, int]:
     return wall, sum(counts)
 
 
-async def main() -> None:
-    url, server = start_server()
+async def main(per_chunk: int) -> None:
+    url, server = start_server(per_chunk)
+    chunks = STREAMS * len(events(per_chunk)[:-1])
     try:
         walls: dict[str, list[float]] = {"paragen": [], "openai_sdk": []}
+        cpus: dict[str, list[float]] = {"paragen": [], "openai_sdk": []}
         await run_paragen(url)  # warm-up: imports, connection pool
         await run_openai_sdk(url)
         for _ in range(REPEATS):
             for name, run in (("paragen", run_paragen), ("openai_sdk", run_openai_sdk)):
+                cpu = time.process_time()
                 wall, tokens = await run(url)
+                cpus[name].append(time.process_time() - cpu)
                 assert tokens == STREAMS * TOKENS, (name, tokens)
                 walls[name].append(wall)
     finally:
@@ -191,21 +215,31 @@ async def main() -> None:
     for name, values in walls.items():
         print(
             f"{name:>11}: median {statistics.median(values):.3f}s over {REPEATS} runs "
-            f"({STREAMS} streams x {TOKENS} chunks; {', '.join(f'{v:.3f}' for v in values)})"
+            f"({STREAMS} streams x {chunks // STREAMS} chunks of {per_chunk} tokens; "
+            f"{', '.join(f'{v:.3f}' for v in values)})"
         )
     result = {
         "paragen_over_openai_sdk_64": round(paragen / sdk, 3),
         "paragen_s": round(paragen, 3),
         "openai_sdk_s": round(sdk, 3),
+        "paragen_chunks_per_s": round(chunks / paragen),
+        "openai_sdk_chunks_per_s": round(chunks / sdk),
+        "paragen_cpu_us_per_chunk": round(statistics.median(cpus["paragen"]) / chunks * 1e6, 1),
+        "openai_sdk_cpu_us_per_chunk": round(statistics.median(cpus["openai_sdk"]) / chunks * 1e6, 1),
         "streams": STREAMS,
         "tokens_per_stream": TOKENS,
+        "tokens_per_chunk": per_chunk,
     }
     print(json.dumps(result))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
-        anyio.run(_serve, int(sys.argv[2]))
+        anyio.run(_serve, int(sys.argv[2]), int(sys.argv[3]))
     else:
-        anyio.run(main)
+        parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+        parser.add_argument(
+            "--tokens-per-chunk", type=int, default=1, choices=range(1, TOKENS + 1), metavar="K"
+        )
+        anyio.run(main, parser.parse_args().tokens_per_chunk)

@@ -1,6 +1,6 @@
 """`paragen eval --procs P`: one sweep as P shard processes on this machine, then merged.
 
-Each child is ``python -m evals.cli eval`` with the parent's own options, ``--shard j/P`` and
+Each child is ``python -m paragen.cli eval`` with the parent's own options, ``--shard j/P`` and
 its own run folder under ``OUT/shards/``; its output goes to a log beside that folder. With
 ``--shard I/N`` as well, the children are shards ``(I-1)*P + j`` of ``N*P`` and the merge into
 ``OUT`` holds those P (a partial merge that merges later with the other nodes' folders).
@@ -48,7 +48,7 @@ def plan_children(options: Sequence[str], out: Path, procs: int, outer: Shard | 
     for j in range(1, procs + 1):
         shard = Shard((outer.index - 1) * procs + j, outer.count * procs)
         folder = out / base / f"{shard.index}-of-{shard.count}"
-        command = [sys.executable, "-m", "evals.cli", "eval", *options, "--shard", str(shard)]
+        command = [sys.executable, "-m", "paragen.cli", "eval", *options, "--shard", str(shard)]
         command += ["--out", str(folder), "--no-progress", "--no-plot"]
         children.append(Child(shard, folder, folder.with_suffix(".log"), command))
     return children

@@ -254,14 +254,17 @@ class ChunkParser:
             usage.source = source  # type: ignore[assignment]
 
     def _take_prompt(self, usage: _Usage) -> None:
-        base = self.base or Usage()
+        # Called on every chunk of a continuous-usage stream: no model is built here (a Usage()
+        # per chunk was a measurable share of the client's per-chunk time).
+        base = self.base
         if usage.prompt_tokens is not None:
             # OpenAI's usage counts the prompt once per request; paragen's, as vLLM's own counter,
             # once per choice (each choice of n > 1 is a request of its own on the server).
-            self.usage.prompt_tokens = base.prompt_tokens + usage.prompt_tokens * self.num_choices
+            before = 0 if base is None else base.prompt_tokens
+            self.usage.prompt_tokens = before + usage.prompt_tokens * self.num_choices
         if usage.prompt_tokens_details is not None and usage.prompt_tokens_details.cached_tokens is not None:
-            cached = usage.prompt_tokens_details.cached_tokens
-            self.usage.cached_prompt_tokens = (base.cached_prompt_tokens or 0) + cached
+            before = 0 if base is None else base.cached_prompt_tokens or 0
+            self.usage.cached_prompt_tokens = before + usage.prompt_tokens_details.cached_tokens
 
     def _take_final(self, usage: _Usage) -> None:
         self._take_prompt(usage)

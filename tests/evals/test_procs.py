@@ -1,0 +1,104 @@
+"""`paragen eval --procs P`: real child processes, merged; a signal to the parent ends them all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from evals.cli import app
+from evals.records import RECORDS_FILE, EvalRecord, read_records, read_run_info
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = ["eval", "-t", "arith", "-s", "single,majority", "--n", "3", "--backend", "scripted", "--seed", "3",
+         "--max-concurrent", "1", "--no-progress", "--no-plot"]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def _paragen(*args: str) -> list[str]:
+    return [sys.executable, "-m", "paragen.cli", *args]
+
+
+def _essence(records: list[EvalRecord]) -> list[tuple[Any, ...]]:
+    return sorted((r.key, r.result.text, r.result.answer, r.grade.outcome) for r in records)
+
+
+def _whole(out: Path, limit: str) -> list[EvalRecord]:
+    result = CliRunner().invoke(app, [*SWEEP, "--limit", limit, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return read_records(out)
+
+
+def _processes_naming(folder: Path) -> list[int]:
+    """Live processes whose command line names ``folder`` (the children write under it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(folder).encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_procs_runs_shards_as_processes_and_merges_them(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = subprocess.run(
+        _paragen(*SWEEP, "--limit", "4", "--procs", "2", "--out", str(out)),
+        env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shards = sorted(p.name for p in (out / "shards").iterdir())
+    assert shards == ["1-of-2", "1-of-2.log", "2-of-2", "2-of-2.log"]
+    assert [len(read_records(out / "shards" / name)) for name in ("1-of-2", "2-of-2")] == [4, 4]
+    info = read_run_info(out)
+    assert info.shard is not None and (info.shard.count, info.shard.indices) == (2, [1, 2])
+    assert _essence(read_records(out)) == _essence(_whole(tmp_path / "whole", "4"))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_parent_ends_every_child_and_resume_completes(tmp_path: Path, signum: int) -> None:
+    out = tmp_path / "run"
+    command = _paragen(*SWEEP, "--limit", "30", "--procs", "2", "--out", str(out))
+    parent = subprocess.Popen(command, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    firsts = [out / "shards" / name / RECORDS_FILE for name in ("1-of-2", "2-of-2")]
+    deadline = time.monotonic() + 120
+    while not all(p.is_file() and p.stat().st_size for p in firsts) and time.monotonic() < deadline:
+        assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
+        time.sleep(0.02)
+    assert _processes_naming(out), "the children are running"
+    parent.send_signal(signum)
+    assert parent.wait(timeout=60) != 0
+    deadline = time.monotonic() + 10
+    while _processes_naming(out) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_naming(out) == []
+    stopped = sum(len(read_records(p.parent)) for p in firsts)
+    assert 2 <= stopped < 60 and not (out / RECORDS_FILE).exists()  # stopped mid-run, nothing merged
+
+    done = subprocess.run(
+        [*command, "--resume"], env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert _essence(read_records(out)) == _essence(_whole(tmp_path / "whole", "30"))
+
+
+def test_procs_refuses_a_folder_that_holds_a_run_before_starting_children(tmp_path: Path) -> None:
+    _whole(tmp_path / "run", "2")
+    result = CliRunner().invoke(app, [*SWEEP, "--limit", "2", "--procs", "2", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "already holds a run" in result.output
+    assert not (tmp_path / "run" / "shards").exists()
