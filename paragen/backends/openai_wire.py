@@ -246,7 +246,8 @@ class ChunkParser:
         if num_tokens == 0 and source != "server":
             return  # an empty chunk (role, finish) says nothing about how tokens are counted
         if source == "server" and self.num_choices == 1:
-            usage.source = "server"  # the server's count covers every token so far
+            if usage.source != "server":  # a pydantic attribute set costs; most chunks change nothing
+                usage.source = "server"  # the server's count covers every token so far
             return
         # Otherwise the weakest way any token was counted is the stream's source.
         rank = ("none", "server", "token_ids", "estimate")
@@ -261,7 +262,9 @@ class ChunkParser:
             # OpenAI's usage counts the prompt once per request; paragen's, as vLLM's own counter,
             # once per choice (each choice of n > 1 is a request of its own on the server).
             before = 0 if base is None else base.prompt_tokens
-            self.usage.prompt_tokens = before + usage.prompt_tokens * self.num_choices
+            prompt_tokens = before + usage.prompt_tokens * self.num_choices
+            if self.usage.prompt_tokens != prompt_tokens:
+                self.usage.prompt_tokens = prompt_tokens
         if usage.prompt_tokens_details is not None and usage.prompt_tokens_details.cached_tokens is not None:
             before = 0 if base is None else base.cached_prompt_tokens or 0
             self.usage.cached_prompt_tokens = before + usage.prompt_tokens_details.cached_tokens

@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 from evals.cli import app
 from evals.records import RECORDS_FILE, EvalRecord, read_records, read_run_info
 
+# Several eval runs, each starting its grading pool: minutes on 2 busy cores.
+pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ["eval", "-t", "arith", "-s", "single,majority", "--n", "3", "--backend", "scripted", "--seed", "3",
          "--max-concurrent", "1", "--no-progress", "--no-plot"]  # fmt: skip
@@ -74,7 +76,9 @@ def test_procs_runs_shards_as_processes_and_merges_them(tmp_path: Path) -> None:
 def test_a_signal_to_the_parent_ends_every_child_and_resume_completes(tmp_path: Path, signum: int) -> None:
     out = tmp_path / "run"
     command = _paragen(*SWEEP, "--limit", "30", "--procs", "2", "--out", str(out))
-    parent = subprocess.Popen(command, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    parent = subprocess.Popen(
+        command, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     firsts = [out / "shards" / name / RECORDS_FILE for name in ("1-of-2", "2-of-2")]
     deadline = time.monotonic() + 120
     while not all(p.is_file() and p.stat().st_size for p in firsts) and time.monotonic() < deadline:

@@ -19,6 +19,8 @@ from evals.records import RECORDS_FILE, RUN_FILE, EvalRecord, read_records, read
 from evals.shards import parse_shard, sweep_units
 from paragen.errors import ConfigError
 
+# Several eval runs, each starting its grading pool: minutes on 2 busy cores.
+pytestmark = pytest.mark.timeout(900)
 runner = CliRunner()
 SWEEP = ["eval", "-t", "arith", "-s", "single,majority", "--n", "3", "--backend", "scripted", "--limit", "5",
          "--seeds", "0,1", "--no-progress", "--no-plot"]  # fmt: skip
@@ -74,7 +76,9 @@ def test_parse_shard_reads_i_of_n() -> None:
 
 def test_shards_split_every_unit_once_and_record_the_sweep(sweep: Path) -> None:
     infos = [read_run_info(sweep / f"s{i}") for i in (1, 2, 3)]
-    assert {info.shard.sweep for info in infos if info.shard} == {infos[0].shard.sweep if infos[0].shard else ""}
+    assert {info.shard.sweep for info in infos if info.shard} == {
+        infos[0].shard.sweep if infos[0].shard else ""
+    }
     assert [info.shard.indices if info.shard else None for info in infos] == [[1], [2], [3]]
     keys = [r.key for i in (1, 2, 3) for r in read_records(sweep / f"s{i}")]
     assert len(keys) == len(set(keys)) == UNITS
@@ -99,10 +103,14 @@ def test_merged_shards_equal_the_whole_run_and_report_like_it(sweep: Path, tmp_p
         assert shown.exit_code == 0, shown.output
         reports.append(json.loads(shown.stdout)["summary"])
     fields = ("strategy", "n", "settings_id", "num_problems", "accuracy", "seeds")
-    assert [{k: row[k] for k in fields} for row in reports[0]] == [{k: row[k] for k in fields} for row in reports[1]]
+    assert [{k: row[k] for k in fields} for row in reports[0]] == [
+        {k: row[k] for k in fields} for row in reports[1]
+    ]
 
 
-def test_merge_refuses_a_missing_shard_unless_partial_then_completes_later(sweep: Path, tmp_path: Path) -> None:
+def test_merge_refuses_a_missing_shard_unless_partial_then_completes_later(
+    sweep: Path, tmp_path: Path
+) -> None:
     result = _merge(tmp_path / "m", sweep / "s1", sweep / "s3")
     assert result.exit_code == 2 and "1 of the sweep's 3 shards are missing: 2" in result.output
     assert not (tmp_path / "m").exists()

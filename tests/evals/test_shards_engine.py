@@ -24,7 +24,8 @@ from paragen.errors import ConfigError
 from paragen.types import SamplingParams
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.anyio
+# Model loads and runs on 2 shared cores: minutes under load, not the suite default.
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(1200)]
 
 
 def _spec(out: Path, shard: Shard | None, *, resume: bool = False) -> EvalSpec:
@@ -63,7 +64,8 @@ async def _run_until_first_record(spec: EvalSpec, backend: Backend) -> None:
     """Run ``spec`` and cancel it once its first record is on disk (a shard stopped mid-run)."""
     async with anyio.create_task_group() as group:
         group.start_soon(run_eval, spec, backend)
-        while not (spec.out / RECORDS_FILE).is_file() or not read_records(spec.out):
+        # Polled: the record is written by the sweep's own writer, which offers no event to wait on.
+        while not (spec.out / RECORDS_FILE).is_file() or not read_records(spec.out):  # noqa: ASYNC110
             await anyio.sleep(0.01)
         group.cancel_scope.cancel()
 
