@@ -99,6 +99,7 @@ def _at_least(value: int | None, least: int, flag: str) -> None:
 
 
 def eval_command(
+    ctx: typer.Context,
     task: Annotated[
         str,
         typer.Option("-t", "--task", help="arith, gsm8k, math500, aime24, aime25, amc23, a file, or hf:ID"),
@@ -223,7 +224,7 @@ def eval_command(
         if procs is None:
             records = run_sweep(spec, chosen, otlp_endpoint=otlp_endpoint)
         else:
-            records = run_procs(out, procs, shard_part, resume=resume or new_run)
+            records = run_procs(ctx, out, procs, shard_part, resume=resume or new_run)
     except ParagenError as exc:
         _fail(exc)
         return

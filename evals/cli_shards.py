@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 
 from paragen._cli_options import check_out_folder
@@ -26,23 +25,25 @@ def _fail(exc: ParagenError) -> None:
 _PARENT_ONLY = frozenset({"out", "procs", "shard", "progress", "plot"})
 
 
-def child_options(ctx: click.Context) -> list[str]:
+def child_options(ctx: typer.Context) -> list[str]:
     """The parent's eval options as a command line for its children (``--procs``), defaults included."""
     args: list[str] = []
     for param in ctx.command.params:
         value = ctx.params.get(param.name or "")
-        if not isinstance(param, click.Option) or param.name in _PARENT_ONLY or value is None:
+        if param.param_type_name != "option" or param.name in _PARENT_ONLY or value is None:
             continue
-        if param.is_flag:
+        if getattr(param, "is_flag", False):
             args.append(param.opts[0] if value else param.secondary_opts[0])
             continue
-        flag = next(o for o in param.opts if o.startswith("--"))
+        flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
         for item in value if param.multiple else [value]:
             args += [flag, str(item)]
     return args
 
 
-def run_procs(out: Path, procs: int, outer: Shard | None, *, resume: bool) -> list[EvalRecord]:
+def run_procs(
+    ctx: typer.Context, out: Path, procs: int, outer: Shard | None, *, resume: bool
+) -> list[EvalRecord]:
     """Run the sweep as ``procs`` shard processes, merge their folders into ``out``; its records."""
     import anyio
 
@@ -53,7 +54,7 @@ def run_procs(out: Path, procs: int, outer: Shard | None, *, resume: bool) -> li
     if (out / RUN_FILE).exists() and not resume:
         hint = "pass --resume to continue it, or pick a new --out"
         raise ConfigError(f"{out} already holds a run", hint=hint)
-    children = plan_children(child_options(click.get_current_context()), out, procs, outer)
+    children = plan_children(child_options(ctx), out, procs, outer)
     typer.echo(f"{procs} shard processes; their folders and logs: {out / SHARDS_FOLDER}", err=True)
     codes = anyio.run(until_terminated, lambda: run_children(children))
     line = failed_child(children, codes)

@@ -76,13 +76,13 @@ def test_procs_runs_shards_as_processes_and_merges_them(tmp_path: Path) -> None:
 def test_a_signal_to_the_parent_ends_every_child_and_resume_completes(tmp_path: Path, signum: int) -> None:
     out = tmp_path / "run"
     command = _paragen(*SWEEP, "--limit", "30", "--procs", "2", "--out", str(out))
-    parent = subprocess.Popen(
-        command, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    log = tmp_path / "parent.log"
+    with log.open("wb") as sink:
+        parent = subprocess.Popen(command, env=_env(), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
     firsts = [out / "shards" / name / RECORDS_FILE for name in ("1-of-2", "2-of-2")]
     deadline = time.monotonic() + 120
     while not all(p.is_file() and p.stat().st_size for p in firsts) and time.monotonic() < deadline:
-        assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
+        assert parent.poll() is None, log.read_text()
         time.sleep(0.02)
     assert _processes_naming(out), "the children are running"
     parent.send_signal(signum)
