@@ -84,6 +84,7 @@ bench: setup
 	$(PY) benchmarks/hogwild_kernel.py
 	$(PY) benchmarks/hogwild_sessions.py
 	$(PY) benchmarks/openai_backend.py
+	$(PY) benchmarks/sweep_scaling.py
 	$(PY) benchmarks/serve.py
 	$(PY) benchmarks/serve_layers.py
 	$(PY) benchmarks/hedge.py

@@ -116,6 +116,9 @@ def main() -> None:
         chunks=chunks,
         cores=os.cpu_count() or 0,
     )
+    if cpu_us > 0:
+        print(f"client CPU {cpu_us} us a chunk: about {1e6 / cpu_us:,.0f} chunks/s per free client core, "
+              f"C cores as C shards (--procs C): C x that, while the servers keep up")  # fmt: skip
     print(json.dumps(result))
 
 
