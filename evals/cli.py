@@ -229,6 +229,9 @@ def eval_command(
         _fail(exc)
         return
     typer.echo(f"{len(records)} records in {out / 'records.jsonl'}")
+    if not records and shard_part is not None:  # more shards than units: this one has nothing to run
+        typer.echo(f"shard {shard_part} owns no problem of this sweep; its run.json is kept for the merge")
+        return
     draw = can_plot() if plot is None else plot
     if plot is None and not draw:
         typer.echo(f"no plot: {MISSING} ({INSTALL_HINT})", err=True)

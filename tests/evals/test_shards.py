@@ -174,3 +174,16 @@ def test_a_shard_folder_continues_only_as_the_same_shard(sweep: Path, tmp_path: 
     assert (s2 / RUN_FILE).read_text() == before
     _eval(s2, "--shard", "2/3", "--resume")  # the same shard: nothing left to run
     assert len(read_records(s2)) == 7
+
+
+def test_a_shard_that_owns_nothing_ends_well_and_merges(tmp_path: Path) -> None:
+    one = ["eval", "-t", "arith", "-s", "single", "--backend", "scripted", "--limit", "1", "--no-progress",
+           "--no-plot"]  # fmt: skip
+    for index in (1, 2):
+        result = runner.invoke(app, [*one, "--shard", f"{index}/2", "--out", str(tmp_path / f"s{index}")])
+        assert result.exit_code == 0, result.output
+    assert "shard 2/2 owns no problem of this sweep" in result.output
+    assert _merge(tmp_path / "m", tmp_path / "s1", tmp_path / "s2").exit_code == 0
+    assert [r.problem.id for r in read_records(tmp_path / "m")] == [
+        r.problem.id for r in read_records(tmp_path / "s1")
+    ]
