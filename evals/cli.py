@@ -1,4 +1,5 @@
-"""`paragen eval` and `paragen report`: the harness's two commands.
+"""`paragen eval` and `paragen report`: the harness's two commands (and `paragen merge`, the join of a
+sharded sweep's run folders: evals.cli_shards).
 
 ``register(app)`` adds them to the paragen CLI; ``python -m evals.cli`` runs them alone.
 
