@@ -57,10 +57,10 @@ def run_procs(
     children = plan_children(child_options(ctx), out, procs, outer)
     typer.echo(f"{procs} shard processes; their folders and logs: {out / SHARDS_FOLDER}", err=True)
     codes = anyio.run(until_terminated, lambda: run_children(children))
-    line = failed_child(children, codes)
-    if line is not None:
-        typer.echo(line, err=True)
-        raise typer.Exit(max(codes.values()) if 2 not in codes.values() else 2)
+    failed = failed_child(children, codes)
+    if failed is not None:
+        typer.echo(failed[0], err=True)
+        raise typer.Exit(failed[1])
     merge_shards(out, [child.out for child in children], partial=outer is not None, replace=True)
     return load_records(out).latest()
 

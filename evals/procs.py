@@ -86,12 +86,14 @@ async def _run_child(child: Child) -> int:
                         await process.wait()
 
 
-def failed_child(children: Sequence[Child], codes: dict[Shard, int]) -> str | None:
-    """A line naming the first child whose exit leaves nothing to merge, or None."""
+def failed_child(children: Sequence[Child], codes: dict[Shard, int]) -> tuple[str, int] | None:
+    """A line naming the first child whose exit leaves nothing to merge, and the exit code for the
+    parent (2 when the child refused its input; 128 + N when a signal N ended it), or None."""
     for child in children:
         code = codes[child.shard]
         if code not in MERGEABLE_EXITS:
-            return f"shard {child.shard} exited {code}: {last_line(child.log)} (log: {child.log})"
+            line = f"shard {child.shard} exited {code}: {last_line(child.log)} (log: {child.log})"
+            return line, 128 - code if code < 0 else code
     return None
 
 

@@ -106,3 +106,13 @@ def test_procs_refuses_a_folder_that_holds_a_run_before_starting_children(tmp_pa
     result = CliRunner().invoke(app, [*SWEEP, "--limit", "2", "--procs", "2", "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and "already holds a run" in result.output
     assert not (tmp_path / "run" / "shards").exists()
+
+
+def test_a_child_that_refuses_its_folder_stops_the_parent_before_the_merge(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    (out / "shards").mkdir(parents=True)
+    (out / "shards" / "2-of-2").write_text("a file where the shard's folder goes")
+    result = CliRunner().invoke(app, [*SWEEP, "--limit", "2", "--procs", "2", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "shard 2/2 exited 2: " in result.output and "it is a file" in result.output
+    assert not (out / RECORDS_FILE).exists() and not (out / "run.json").exists()
