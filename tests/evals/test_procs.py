@@ -116,3 +116,33 @@ def test_a_child_that_refuses_its_folder_stops_the_parent_before_the_merge(tmp_p
     assert result.exit_code == 2
     assert "shard 2/2 exited 2: " in result.output and "it is a file" in result.output
     assert not (out / RECORDS_FILE).exists() and not (out / "run.json").exists()
+
+
+def test_a_shard_killed_mid_run_then_resumed_merges_to_the_whole_run(tmp_path: Path) -> None:
+    """SIGKILL (nothing unwinds) one of 3 shard processes after its second record."""
+    shards = [tmp_path / f"s{i}" for i in (1, 2, 3)]
+
+    def shard(index: int) -> list[str]:
+        return _paragen(*SWEEP, "--limit", "12", "--shard", f"{index}/3", "--out", str(shards[index - 1]))
+
+    for index in (1, 3):
+        subprocess.run(shard(index), env=_env(), cwd=ROOT, check=True, capture_output=True, timeout=300)
+    command = shard(2)
+    victim = subprocess.Popen(
+        command, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    records = shards[1] / RECORDS_FILE
+    deadline = time.monotonic() + 120
+    while (not records.is_file() or records.read_bytes().count(b"\n") < 2) and time.monotonic() < deadline:
+        assert victim.poll() is None
+        time.sleep(0.005)
+    victim.kill()
+    victim.wait(timeout=30)
+    assert 2 <= len(read_records(shards[1])) < 8  # shard 2 of 3 owns 8 of the 24 units
+
+    merge = _paragen("merge", str(tmp_path / "merged"), *map(str, shards))
+    refused = subprocess.run(merge, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "s2 is not finished" in refused.stderr
+    subprocess.run([*command, "--resume"], env=_env(), cwd=ROOT, check=True, capture_output=True, timeout=300)
+    subprocess.run(merge, env=_env(), cwd=ROOT, check=True, capture_output=True, timeout=120)
+    assert _essence(read_records(tmp_path / "merged")) == _essence(_whole(tmp_path / "whole", "12"))
