@@ -146,3 +146,25 @@ def test_a_shard_killed_mid_run_then_resumed_merges_to_the_whole_run(tmp_path: P
     subprocess.run([*command, "--resume"], env=_env(), cwd=ROOT, check=True, capture_output=True, timeout=300)
     subprocess.run(merge, env=_env(), cwd=ROOT, check=True, capture_output=True, timeout=120)
     assert _essence(read_records(tmp_path / "merged")) == _essence(_whole(tmp_path / "whole", "12"))
+
+
+def test_shard_with_procs_per_node_then_one_merge_of_the_nodes(tmp_path: Path) -> None:
+    """The multi-node recipe: `--shard I/2 --procs 2` per node (shards of 4), then merge the nodes."""
+    for node in (1, 2):
+        args = [
+            *SWEEP,
+            "--limit",
+            "3",
+            "--shard",
+            f"{node}/2",
+            "--procs",
+            "2",
+            "--out",
+            str(tmp_path / f"n{node}"),
+        ]
+        subprocess.run(_paragen(*args), env=_env(), cwd=ROOT, check=True, capture_output=True, timeout=300)
+    held = [read_run_info(tmp_path / f"n{node}").shard for node in (1, 2)]
+    assert [(s.count, s.indices) if s else None for s in held] == [(4, [1, 2]), (4, [3, 4])]
+    merge = _paragen("merge", str(tmp_path / "all"), str(tmp_path / "n2"), str(tmp_path / "n1"))
+    subprocess.run(merge, env=_env(), cwd=ROOT, check=True, capture_output=True, timeout=120)
+    assert _essence(read_records(tmp_path / "all")) == _essence(_whole(tmp_path / "whole", "3"))
