@@ -1,4 +1,4 @@
-"""A lean forward for Llama- and Qwen2-family decoder-only models.
+"""A lean forward for Llama-, Qwen2- and Qwen3-family decoder-only models.
 
 Weights are plain tensors with Q/K/V and gate/up fused into one matmul each, so a
 layer is a handful of large ops: eager HF modules spend most of a CPU decode step on
@@ -36,6 +36,8 @@ class Layer:
     down: torch.Tensor
     in_norm: torch.Tensor
     post_norm: torch.Tensor
+    # Qwen3: the query heads' norm weights, then the key heads', as [heads + kv_heads, head_dim]
+    qk_norm: torch.Tensor | None = None
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -120,7 +122,8 @@ class Model:
         has_bias = f"{qkv_names[0]}.bias" in tensors
         qkv = torch.cat([get(f"{n}.weight") for n in qkv_names])
         bias = torch.cat([get(f"{n}.bias") for n in qkv_names]) if has_bias else None
-        if self.is_scale_folded:
+        qk_norm = self._qk_norm(get, p) if self.cfg.qk_norm else None
+        if self.is_scale_folded and qk_norm is None:
             num_q = self.cfg.num_heads * self.cfg.head_dim
             qkv[:num_q] *= self.cfg.head_dim**-0.5
             if bias is not None:
@@ -133,7 +136,17 @@ class Model:
             down=get(f"{p}mlp.down_proj.weight"),
             in_norm=get(f"{p}input_layernorm.weight"),
             post_norm=get(f"{p}post_attention_layernorm.weight"),
+            qk_norm=qk_norm,
         )
+
+    def _qk_norm(self, get: Callable[[str], torch.Tensor], p: str) -> torch.Tensor:
+        """Qwen3's per-head norm weights, one row per query head then per KV head. A folded softmax
+        scale goes into the query rows: the norm would undo it in the projection's weights."""
+        cfg = self.cfg
+        q_norm, k_norm = get(f"{p}self_attn.q_norm.weight"), get(f"{p}self_attn.k_norm.weight")
+        if self.is_scale_folded:
+            q_norm = q_norm * cfg.head_dim**-0.5  # a power of two: exact
+        return torch.cat([q_norm.expand(cfg.num_heads, -1), k_norm.expand(cfg.num_kv_heads, -1)])
 
     def forward(
         self,
@@ -203,7 +216,11 @@ class Model:
         linear, nq = self.linear, self.num_heads
         h = self.rms_norm(x, layer.in_norm)
         qkv = linear(h, layer.qkv, layer.qkv_bias).view(x.shape[0], -1, self.head_dim)
-        rope_(qkv[:, rope_from : nq + kv.shape[0] // 2], cos, sin)
+        nqk = nq + kv.shape[0] // 2
+        if layer.qk_norm is not None:  # before RoPE and before any attention reads the cache
+            qk = qkv[:, :nqk]
+            qk.copy_(F.rms_norm(qk, (self.head_dim,), None, self.norm_eps)).mul_(layer.qk_norm)
+        rope_(qkv[:, rope_from:nqk], cos, sin)
         # [T, 2 * kv_heads, D] -> the cache's [2 * kv_heads, slots, D]: K and V in one write.
         kv.index_copy_(1, slots, qkv[:, nq:].transpose(0, 1))
         x = x + linear(attend(qkv, kv), layer.o, None)

@@ -1,0 +1,128 @@
+"""Qwen3 in the engine against HF transformers: every step's logits, greedy text, Hogwild!.
+
+Qwen3 normalises each query and key head (RMSNorm over head_dim, weights of its own) before RoPE;
+the fixture's norm weights are random, so a norm skipped, swapped or applied after RoPE shows in the
+logits. Its head_dim (32) is not hidden / heads (16), as in the real models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from test_model import PROMPTS, check_equal
+
+from paragen.engine import loader
+from paragen.engine.hogwild.session import EngineSharedSession
+from paragen.engine.hogwild.types import SharedRow
+from paragen.engine.llm_engine import LLMEngine
+from paragen.errors import ConfigError
+from paragen.types import SamplingParams
+
+# Largest logit difference from HF transformers in fp32 allowed for every step of every row (the
+# engine's stated tolerance, docs/engine.md). fp32: rounding of sums taken in another order. bf16:
+# every activation rounded to 8 mantissa bits, against HF's fp32 logits (tiny Qwen3 logits reach
+# about +-10 here, where a bf16 step is 0.03-0.06).
+TOLERANCE = {"float32": 1e-4, "bfloat16": 0.5}
+STEPS = 12
+TinyModel = Callable[..., Path]  # the root conftest's builder
+
+
+def test_tiny_qwen3_greedy_matches_hf(tiny_qwen3: Path) -> None:
+    check_equal(tiny_qwen3, 32)
+
+
+def test_folded_scale_and_tied_embeddings_match_hf(tiny_qwen3_with: TinyModel) -> None:
+    """head_dim 64: the softmax scale (1/8) is folded into the query heads' norm weights; the
+    embeddings are the output head."""
+    model_dir = tiny_qwen3_with("qwen3_tied", head_dim=64, tie_word_embeddings=True)
+    assert loader.load_config(model_dir).tie_word_embeddings
+    check_equal(model_dir, 16)
+
+
+StepLogits = list[tuple[int, int, torch.Tensor]]  # (sequence, tokens it has seen, logits)
+
+
+def engine_step_logits(engine: LLMEngine, prompts: list[list[int]]) -> tuple[list[list[int]], StepLogits]:
+    """Greedy completions of ``prompts`` in one batch, and the logits of every step of every row."""
+    seen: StepLogits = []
+    rows: list[tuple[int, int]] = []
+    run, logits = engine.runner.run, engine.model.logits
+
+    def recording_run(seqs: list, is_prefill: bool):  # type: ignore[no-untyped-def]
+        rows[:] = [(s.seq_id, s.num_tokens) for s in (seqs[:1] if is_prefill else seqs)]
+        return run(seqs, is_prefill)
+
+    def recording_logits(hidden: torch.Tensor) -> torch.Tensor:
+        out = logits(hidden)
+        seen.extend((seq, n, row.clone()) for (seq, n), row in zip(rows, out, strict=True))
+        return out
+
+    engine.runner.run, engine.model.logits = recording_run, recording_logits  # type: ignore[method-assign]
+    ids = [engine.add_request(p, SamplingParams(max_tokens=STEPS, temperature=0.0))[0] for p in prompts]
+    done: dict[int, list[int]] = {}
+    while not engine.is_idle:
+        for out in engine.step():
+            done.setdefault(out.seq_id, []).append(out.token_id)
+    return [done[i] for i in ids], [(ids.index(s), n, row) for s, n, row in seen]
+
+
+def hf_logits(model_dir: Path, tokens: list[list[int]]) -> list[torch.Tensor]:
+    """HF transformers' fp32 logits at every position of each token list."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        return [model(torch.tensor([ids])).logits[0] for ids in tokens]
+
+
+@pytest.mark.parametrize("attention", ["fused", "torch"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_every_steps_logits_within_tolerance_of_hf(
+    tiny_qwen3: Path, dtype: str, attention: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five prompts of different lengths decoded together: each row's prefill and its 11 decode steps
+    (keys read back from the paged cache, rows padded or read as they lie) against HF's logits over
+    the same tokens; in fp32 the greedy tokens are HF's own."""
+    monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "1" if attention == "fused" else "0")
+    engine = LLMEngine(str(tiny_qwen3), dtype=dtype, num_blocks=64, block_size=4)
+    prompts = [list(engine.tokenizer(p)["input_ids"]) for p in PROMPTS]
+    completions, steps = engine_step_logits(engine, prompts)
+    assert len(steps) == sum(len(c) for c in completions) and all(len(c) == STEPS for c in completions)
+    reference = hf_logits(tiny_qwen3, [p + c for p, c in zip(prompts, completions, strict=True)])
+    worst = max(float((row - reference[i][n - 1]).abs().max()) for i, n, row in steps)
+    assert worst <= TOLERANCE[dtype], worst
+    if dtype == "float32":
+        assert all(int(row.argmax()) == int(reference[i][n - 1].argmax()) for i, n, row in steps)
+    assert engine.num_free_blocks == 64
+
+
+def test_one_hogwild_worker_is_the_plain_decode(tiny_qwen3: Path) -> None:
+    """A one-worker shared session (queries rotated inside the shared attention) decodes as the
+    plain request does, in fp32 token for token."""
+    engine = LLMEngine(str(tiny_qwen3), dtype="float32", num_blocks=64, block_size=4)
+    prompt = list(engine.tokenizer(PROMPTS[2])["input_ids"])
+    ((plain,),) = engine.generate([prompt], SamplingParams(max_tokens=STEPS, temperature=0.0))
+    session = EngineSharedSession(engine, SamplingParams(temperature=0.0), 1)
+    segment = session.new_segment()
+    try:
+        logits = session.logits([SharedRow(0, [segment], prompt)])[0]
+        tokens = [int(logits.argmax())]
+        for _ in range(STEPS - 1):
+            tokens.append(int(session.logits([SharedRow(0, [segment], tokens[-1:])])[0].argmax()))
+    finally:
+        session.close()
+    assert tokens == plain
+    assert engine.num_free_blocks == 64
+
+
+def test_unsupported_qwen3_variants_are_refused_in_one_line(tiny_qwen3: Path) -> None:
+    hf = loader.load_hf_config(tiny_qwen3)
+    bad: list[tuple[dict[str, object], str]] = [
+        ({"use_sliding_window": True}, "sliding-window attention is not supported"),
+        ({"attention_bias": True}, "attention_bias is not supported"),
+    ]
+    for fields, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            loader.ModelConfig.from_hf({**hf, **fields})
