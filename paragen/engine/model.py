@@ -1,4 +1,4 @@
-"""A lean forward for Llama-, Qwen2- and Qwen3-family decoder-only models.
+"""A lean forward for Llama-, Qwen2- and Qwen3-family decoder-only models (Qwen3-MoE's MLP: moe.py).
 
 Weights are plain tensors with Q/K/V and gate/up fused into one matmul each, so a
 layer is a handful of large ops: eager HF modules spend most of a CPU decode step on
@@ -24,6 +24,7 @@ from paragen.engine.attention import (
 )
 from paragen.engine.kernels import fused, triton_attention
 from paragen.engine.loader import ModelConfig
+from paragen.engine.moe import mlp_weights, sparse_mlp
 from paragen.errors import ConfigError
 
 
@@ -38,6 +39,8 @@ class Layer:
     post_norm: torch.Tensor
     # Qwen3: the query heads' norm weights, then the key heads', as [heads + kv_heads, head_dim]
     qk_norm: torch.Tensor | None = None
+    # Qwen3-MoE's sparse layers: the router; gate_up and down then hold every expert's (moe.py)
+    router: torch.Tensor | None = None
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -97,7 +100,7 @@ class Model:
         self.embed = get("model.embed_tokens.weight")
         self.norm = get("model.norm.weight")
         self.lm_head = self.embed if cfg.tie_word_embeddings else get("lm_head.weight")
-        self.layers = [self._layer(get, tensors, f"model.layers.{i}.") for i in range(cfg.num_layers)]
+        self.layers = [self._layer(get, tensors, i) for i in range(cfg.num_layers)]
         self.num_weight_bytes = sum(
             t.numel() * t.element_size()
             for t in [self.lm_head, *(w for x in self.layers for w in (x.qkv, x.o, x.gate_up, x.down))]
@@ -106,7 +109,8 @@ class Model:
             self.lm_head = _pack(self.lm_head)
             for layer in self.layers:
                 layer.qkv, layer.o = _pack(layer.qkv), _pack(layer.o)
-                layer.gate_up, layer.down = _pack(layer.gate_up), _pack(layer.down)
+                if layer.router is None:  # the experts' matmuls are small and go through F.linear
+                    layer.gate_up, layer.down = _pack(layer.gate_up), _pack(layer.down)
         max_pos = cfg.max_position_embeddings
         freqs = torch.outer(torch.arange(max_pos, dtype=torch.float32), rope_inv_freq(cfg))
         angles = torch.cat((freqs, freqs), dim=-1)
@@ -116,8 +120,9 @@ class Model:
         self.sin = torch.cat((-angles.sin()[:, :half], angles.sin()[:, half:]), dim=-1).to(self.device, dtype)
 
     def _layer(
-        self, get: Callable[[str], torch.Tensor], tensors: Mapping[str, torch.Tensor], p: str
+        self, get: Callable[[str], torch.Tensor], tensors: Mapping[str, torch.Tensor], index: int
     ) -> Layer:
+        p = f"model.layers.{index}."
         qkv_names = [f"{p}self_attn.{x}_proj" for x in "qkv"]
         has_bias = f"{qkv_names[0]}.bias" in tensors
         qkv = torch.cat([get(f"{n}.weight") for n in qkv_names])
@@ -128,15 +133,17 @@ class Model:
             qkv[:num_q] *= self.cfg.head_dim**-0.5
             if bias is not None:
                 bias[:num_q] *= self.cfg.head_dim**-0.5
+        router, gate_up, down = mlp_weights(get, tensors, index, self.cfg.experts)
         return Layer(
             qkv=qkv,
             qkv_bias=bias,
             o=get(f"{p}self_attn.o_proj.weight"),
-            gate_up=torch.cat([get(f"{p}mlp.gate_proj.weight"), get(f"{p}mlp.up_proj.weight")]),
-            down=get(f"{p}mlp.down_proj.weight"),
+            gate_up=gate_up,
+            down=down,
             in_norm=get(f"{p}input_layernorm.weight"),
             post_norm=get(f"{p}post_attention_layernorm.weight"),
             qk_norm=qk_norm,
+            router=router,
         )
 
     def _qk_norm(self, get: Callable[[str], torch.Tensor], p: str) -> torch.Tensor:
@@ -225,6 +232,9 @@ class Model:
         kv.index_copy_(1, slots, qkv[:, nq:].transpose(0, 1))
         x = x + linear(attend(qkv, kv), layer.o, None)
         h = self.rms_norm(x, layer.post_norm)
+        if layer.router is not None:
+            assert self.cfg.experts is not None
+            return x + sparse_mlp(h, layer.router, layer.gate_up, layer.down, self.cfg.experts)
         gate, up = linear(h, layer.gate_up, None).chunk(2, dim=-1)
         return x + linear(F.silu(gate) * up, layer.down, None)
 
