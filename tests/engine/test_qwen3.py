@@ -65,9 +65,11 @@ def engine_steps(engine: LLMEngine, prompts: list[list[int]]) -> Decoded:
 
     def recording_run(seqs: list[Sequence], is_prefill: bool) -> Sampled:
         rows[:] = [(order[s.seq_id], s.num_tokens) for s in (seqs[:1] if is_prefill else seqs)]
-        first = seqs[0].num_cached_tokens if is_prefill else 0
-        positions = range(first, seqs[0].num_tokens) if is_prefill else []
-        decoded.forwards.append([(rows[0][0], p) for p in positions] or [(i, n - 1) for i, n in rows])
+        if is_prefill:  # one row's uncached tokens
+            row, first, n = rows[0][0], seqs[0].num_cached_tokens, seqs[0].num_tokens
+            decoded.forwards.append([(row, position) for position in range(first, n)])
+        else:  # each row's newest token
+            decoded.forwards.append([(row, n - 1) for row, n in rows])
         return run(seqs, is_prefill)
 
     def recording_logits(hidden: torch.Tensor) -> torch.Tensor:
