@@ -109,7 +109,7 @@ class Model:
             self.lm_head = _pack(self.lm_head)
             for layer in self.layers:
                 layer.qkv, layer.o = _pack(layer.qkv), _pack(layer.o)
-                if layer.router is None:  # the experts' matmuls are small and go through F.linear
+                if layer.router is None:  # experts are taken one by one from their stacks, by F.linear
                     layer.gate_up, layer.down = _pack(layer.gate_up), _pack(layer.down)
         max_pos = cfg.max_position_embeddings
         freqs = torch.outer(torch.arange(max_pos, dtype=torch.float32), rope_inv_freq(cfg))
