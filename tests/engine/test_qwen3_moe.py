@@ -41,6 +41,15 @@ def test_moe_from_fused_expert_tensors_matches_hf(tiny_qwen3_moe: Path, tmp_path
     check_equal(tmp_path, 16)
 
 
+def test_sharded_moe_checkpoint_matches_hf(tiny_qwen3_moe: Path, tmp_path: Path) -> None:
+    """Shards split between one layer's experts are read tensor by tensor, each from its shard."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_qwen3_moe, dtype=torch.float32)
+    model.save_pretrained(tmp_path, max_shard_size="200KB")
+    transformers.AutoTokenizer.from_pretrained(tiny_qwen3_moe).save_pretrained(tmp_path)
+    assert len(list(tmp_path.glob("*.safetensors"))) >= 3
+    check_equal(tmp_path, 16)
+
+
 Routes = dict[tuple[int, int], frozenset[int]]  # (row, position) -> the experts it was sent to
 
 
