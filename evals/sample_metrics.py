@@ -94,6 +94,7 @@ def summarize_samples(problems: Sequence[ProblemSamples]) -> SampleSummary | Non
     }
     answers = [a for p in problems for a in p.answers]
     reasoning = [t for p in problems for t in p.reasoning_tokens]
+    (pass1_low, pass1_high), (majority_low, majority_high) = bootstrap_ci(per_problem), bootstrap_ci(majority)
     return SampleSummary(
         problems=len(problems),
         k=k,
@@ -101,11 +102,11 @@ def summarize_samples(problems: Sequence[ProblemSamples]) -> SampleSummary | Non
         pass1=_mean(runs),
         pass1_std=std,
         pass1_sem=None if std is None else std / math.sqrt(k),
-        pass1_ci_low=bootstrap_ci(per_problem)[0],
-        pass1_ci_high=bootstrap_ci(per_problem)[1],
+        pass1_ci_low=pass1_low,
+        pass1_ci_high=pass1_high,
         majority=_mean(majority),
-        majority_ci_low=bootstrap_ci(majority)[0],
-        majority_ci_high=bootstrap_ci(majority)[1],
+        majority_ci_low=majority_low,
+        majority_ci_high=majority_high,
         pass_at=pass_at,
         no_answer=sum(a is None for a in answers) / len(answers),
         reasoning_tokens=_mean([float(t) for t in reasoning]) if reasoning else None,
