@@ -47,8 +47,8 @@ def _task_args(name: str) -> list[str]:
 def _gold(name: str) -> str:
     task = load_preset(name).task
     if _task_args(name):
-        return json.loads(STAND_IN.read_text().splitlines()[0])["answer"]
-    return load_problems(get_task(task), Selection(limit=1), offline=True)[0].gold
+        return str(json.loads(STAND_IN.read_text().splitlines()[0])["answer"])
+    return str(load_problems(get_task(task), Selection(limit=1), offline=True)[0].gold)
 
 
 @pytest.mark.parametrize("name", ["r1-distill-qwen-1.5b-aime24", "deepconf-online-brumo25"])

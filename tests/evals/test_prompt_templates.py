@@ -90,7 +90,7 @@ async def test_a_sweep_asks_in_its_template_and_records_it(tmp_path: Path) -> No
                     prompt=get_template("matharena"), progress=False, grader_workers=1)  # fmt: skip
     backend = ScriptedBackend()
     records = await run_eval(spec, backend)
-    asked = [s.request.messages for s in backend.streams]
+    asked = [s.request.messages or () for s in backend.streams]
     assert len(asked) == 2 and all(len(m) == 1 and m[0].role == "user" for m in asked)
     assert {m[0].content for m in asked} == {
         "Put your final answer within \\boxed{}.\n\n" + p.question for p in loaded.problems
