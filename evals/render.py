@@ -136,14 +136,19 @@ def _matched_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list
 
 
 def _run_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["folder", "run", "status", "task", "backend", "seeds", "prompt", "preset", "data source",
-              "sha256", "note"]  # fmt: skip
+    """The runs and their data (a run interrupted before its end: PARTIAL after its id); the prompt
+    and preset columns only where some run needs them."""
+    runs = report["runs"]
+    prompt = any(r.get("prompt") not in (None, "paragen") for r in runs)
+    preset = any(r.get("preset") for r in runs)
+    header = ["folder", "run", "task", "backend", "seeds", *(["prompt"] if prompt else []),
+              *(["preset"] if preset else []), "data source", "sha256", "note"]  # fmt: skip
     body = [
-        [r["folder"], r["run_id"], "PARTIAL" if r.get("partial") else "complete", r["task"], r["backend"],
-         ",".join(str(s) for s in r["seeds"]), r.get("prompt") or "-", r.get("preset") or "-",
-         r["source"].rsplit(", sha256", 1)[0],
+        [r["folder"], r["run_id"] + (" PARTIAL" if r.get("partial") else ""), r["task"], r["backend"],
+         ",".join(str(s) for s in r["seeds"]), *([r.get("prompt") or "-"] if prompt else []),
+         *([r.get("preset") or "-"] if preset else []), r["source"].rsplit(", sha256", 1)[0],
          r["data"]["file_sha256"] or r["data"]["rows_sha256"], r["data"]["note"] or "-"]
-        for r in report["runs"]
+        for r in runs
     ]  # fmt: skip
     return header, body
 

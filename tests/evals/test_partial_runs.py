@@ -76,7 +76,8 @@ def test_an_interrupted_run_is_partial_until_a_resume_completes_it(
     assert code != 0
     assert _partial(out) is True
     report = runner.invoke(app, ["report", str(out), "--format", "md"])
-    assert report.exit_code == 0 and "| PARTIAL |" in report.stdout
+    run_id = json.loads((out / "run.json").read_text())["run_id"]
+    assert report.exit_code == 0 and f"| {run_id} PARTIAL |" in report.stdout
     assert "PARTIAL run" in report.output  # the note beside the tables
     resumed = subprocess.run(_command(out, script, "--resume"), env=_env(), capture_output=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
