@@ -397,9 +397,20 @@ def failure_record(
 
 
 def sweep_complete(spec: EvalSpec, run_info: RunInfo) -> bool:
-    """Whether every (seed, configuration, problem) of the sweep has a record (a result or not)."""
-    expected = len(seed_samplings(spec)) * len(spec.combos) * len(spec.problems)
-    return len(ordered_records(spec, run_info, load_records(spec.out).latest())) == expected
+    """Whether every (seed, configuration) of this sweep has a record (a result or not) for every
+    problem of the run, those of earlier invocations included (a resume over fewer problems does not
+    clear the mark of a run whose other problems were cut short)."""
+    recorded = {r.key for r in load_records(spec.out).latest()}
+    for sampling in seed_samplings(spec):
+        seed = -1 if sampling.seed is None else sampling.seed
+        for combo in spec.combos:
+            sid = settings_id(run_info.settings, combo.strategy.config.model_dump(mode="json"))
+            if any(
+                (spec.task.name, pid, combo.name, combo.n, sid, seed) not in recorded
+                for pid in run_info.problems
+            ):
+                return False
+    return True
 
 
 def ordered_records(spec: EvalSpec, run_info: RunInfo, records: Sequence[EvalRecord]) -> list[EvalRecord]:
