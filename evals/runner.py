@@ -32,6 +32,7 @@ from rich.progress import (
 )
 
 from evals.grading import Grade, Grader
+from evals.prompts import PromptRecord, get_template, prompt_setting
 from evals.records import (
     DataSource,
     EvalRecord,
@@ -54,6 +55,7 @@ from paragen.config import Budget, spec_without_credentials
 from paragen.errors import ConfigError
 from paragen.metrics import Metrics
 from paragen.orchestrator import Orchestrator
+from paragen.prompts import PromptTemplate, using_template
 from paragen.registry import load_strategy
 from paragen.strategy import Strategy, build_strategy, count_field, parallel_samples
 from paragen.types import Problem, SamplingParams, StrategyResult
@@ -135,6 +137,8 @@ class EvalSpec:
     seeds: list[int] = field(default_factory=list)  # several sampling seeds: the sweep runs once per seed
     progress: bool = True
     grader_workers: int = 2
+    prompt: PromptTemplate | None = None  # None: the task's default template
+    preset: dict[str, Any] | None = None  # the published setting run (evals.presets), kept in run.json
 
     def __post_init__(self) -> None:
         # The spec is written into run.json and every record: a key in its URL must not be.
@@ -174,7 +178,13 @@ def run_settings(spec: EvalSpec) -> RunSettings:
         backend_options=options,
         sampling=spec.sampling.model_copy(update={"seed": None}) if len(spec.seeds) > 1 else spec.sampling,
         budget=spec.budget,
+        prompt=prompt_setting(spec_template(spec)),
     )
+
+
+def spec_template(spec: EvalSpec) -> PromptTemplate:
+    """The template the sweep asks in: the one given, else the task's default."""
+    return spec.prompt or get_template(spec.task.prompt)
 
 
 def seed_samplings(spec: EvalSpec) -> list[SamplingParams]:
@@ -197,6 +207,8 @@ def fresh_run_info(spec: EvalSpec) -> RunInfo:
         max_concurrent=spec.max_concurrent,
         versions=versions(),
         seeds=spec.seeds if len(spec.seeds) > 1 else [],
+        prompt=PromptRecord.of(spec_template(spec)),
+        preset=spec.preset,
     )
 
 
@@ -220,7 +232,8 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     # Opened (and probed) before the run folder is touched: a server that cannot be reached or
     # does not speak the API is one error here, not a folder of error records.
     try:
-        return await _sweep(spec, orch)
+        with using_template(spec_template(spec)):  # the strategies' tasks inherit it
+            return await _sweep(spec, orch)
     finally:
         await orch.aclose()
 
@@ -237,6 +250,7 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
         await anyio.to_thread.run_sync(grader.wait_started)
         run_info = prepare_run(spec.out, fresh_run_info(spec), resume=spec.resume, new_run=spec.new_run)
         writer = RecordWriter.open(spec.out)
+        run_info.partial = True  # until the sweep has recorded every problem (a kill leaves it so)
         write_run_info(spec.out, run_info)
         try:
             with _progress(spec.progress) as progress:
@@ -245,10 +259,11 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
                     orch.defaults = sampling
                     if await sweep.run_combos() and spec.fail_fast:
                         break
+            run_info.partial = not sweep_complete(spec, run_info)
         finally:
             if orch.metrics is not None:  # what this invocation ran, also when it was cut short
                 run_info.metrics = orch.metrics.values()
-                write_run_info(spec.out, run_info)
+            write_run_info(spec.out, run_info)  # partial stays True when the sweep was cut short
     finally:
         await anyio.to_thread.run_sync(grader.close)
     return ordered_records(spec, run_info, load_records(spec.out).latest())
@@ -351,6 +366,7 @@ def make_record(
         seed=spec.seed,
         versions=run_info.versions,
         recorded_at=time.time(),
+        prompt=run_info.prompt,
     )
 
 
@@ -378,6 +394,23 @@ def failure_record(
         spec, combo, problem, result=result, grade=grade, run_info=run_info, sampling=sampling
     )
     return record.model_copy(update={"failure": failure})
+
+
+def sweep_complete(spec: EvalSpec, run_info: RunInfo) -> bool:
+    """Whether every (seed, configuration) of this sweep has a record (a result or not) for every
+    problem of the run, those of earlier invocations included (a resume over fewer problems does not
+    clear the mark of a run whose other problems were cut short)."""
+    recorded = {r.key for r in load_records(spec.out).latest()}
+    for sampling in seed_samplings(spec):
+        seed = -1 if sampling.seed is None else sampling.seed
+        for combo in spec.combos:
+            sid = settings_id(run_info.settings, combo.strategy.config.model_dump(mode="json"))
+            if any(
+                (spec.task.name, pid, combo.name, combo.n, sid, seed) not in recorded
+                for pid in run_info.problems
+            ):
+                return False
+    return True
 
 
 def ordered_records(spec: EvalSpec, run_info: RunInfo, records: Sequence[EvalRecord]) -> list[EvalRecord]:

@@ -128,10 +128,10 @@ def test_report_of_another_file_asks_for_the_run_folder(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "give the run folder" in result.output
 
 
-def test_register_adds_both_commands() -> None:
+def test_register_adds_the_commands() -> None:
     host = typer.Typer()
     register(host)
-    assert {c.name for c in host.registered_commands} == {"eval", "report"}
+    assert {c.name for c in host.registered_commands} == {"eval", "report", "presets"}
 
 
 def _eval_args(out: Path) -> list[str]:
