@@ -101,10 +101,6 @@ def _at_least(value: int | None, least: int, flag: str) -> None:
 
 def eval_command(
     ctx: typer.Context,
-    task: Annotated[
-        str,
-        typer.Option("-t", "--task", help="arith, gsm8k, math500, aime24, aime25, amc23, a file, or hf:ID"),
-    ],
     out: Annotated[
         Path, typer.Option("--out", "-o", help="run folder for records.jsonl, run.json and plots")
     ],
@@ -164,6 +160,22 @@ def eval_command(
         typer.Option(help="write pareto.png beside the records (default: when matplotlib is installed)"),
     ] = None,
     otlp_endpoint: OtlpOpt = None,
+    task: Annotated[
+        str | None,
+        typer.Option("-t", "--task", help="a built-in task (`paragen presets` lists them), a file, or hf:ID"),
+    ] = None,
+    prompt: Annotated[
+        str | None,
+        typer.Option(
+            help="prompt template: a name (paragen, matharena, matharena-aime, deepseek-r1, "
+            "qwen25-math-cot) or a file (default: the task's)"
+        ),
+    ] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="nucleus sampling top-p")] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(help="a published setting by name (`paragen presets`); flags given override it"),
+    ] = None,
     shard: Annotated[
         str | None,
         typer.Option(metavar="I/N", help="run only shard I of N of the sweep (merge them: paragen merge)"),
@@ -175,13 +187,29 @@ def eval_command(
 ) -> None:
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
     from evals.plots import INSTALL_HINT, MISSING, can_plot, require_plotting
+    from evals.preset_cli import preset_over
+    from evals.prompts import get_template
     from evals.runner import EvalSpec, build_combos
     from evals.shards import parse_shard
     from evals.tasks import get_task
 
     try:
+        chosen_preset, preset_record, over = preset_over(ctx, preset)
+        task, strategies, ns = over.get("task", task), over.get("strategies", strategies), over.get("ns", ns)
+        seeds, limit, prompt = over.get("seeds", seeds), over.get("limit", limit), over.get("prompt", prompt)
+        max_tokens, temperature = over.get("max_tokens", max_tokens), over.get("temperature", temperature)
+        top_p, split = over.get("top_p", top_p), over.get("split", split)
+        question_field, answer_field = (
+            over.get("question_field", question_field),
+            over.get("answer_field", answer_field),
+        )
+        id_field = over.get("id_field", id_field)
+        if task is None:
+            raise ConfigError("no task given", hint="pass -t TASK, or --preset NAME")
+        template = None if prompt is None else get_template(prompt)
         task_obj = get_task(task, question=question_field, answer=answer_field, id_field=id_field,
-                            grading=grading, split=split)  # fmt: skip
+                            grading=grading, split=split,
+                            revision=None if chosen_preset is None else chosen_preset.revision)  # fmt: skip
         shard_part = None if shard is None else parse_shard(shard)
         _at_least(procs, 1, "--procs")
         names = unique(_split(strategies), "--strategies")
@@ -191,8 +219,14 @@ def eval_command(
         n_list = None if ns is None else unique(parse_ns(ns), "--n")
         chosen = choose_backend(backend, model=model, base_url=base_url, options=backend_opt)
         options = parse_strategy_options(strategy_opt, names)
+        if chosen_preset is not None:  # the preset's options, under any given with --strategy-opt
+            preset_options = chosen_preset.strategy_options()
+            options = {name: {**preset_options.get(name, {}), **options.get(name, {})} for name in names}
         one_seed = seed_list[0] if len(seed_list) == 1 else seed
-        sampling = validated(SamplingParams, max_tokens=max_tokens, temperature=temperature, seed=one_seed)
+        top = {} if top_p is None else {"top_p": top_p}
+        sampling = validated(
+            SamplingParams, max_tokens=max_tokens, temperature=temperature, seed=one_seed, **top
+        )
         budget = validated(Budget, deadline_s=deadline, max_total_tokens=max_total_tokens)
         source = _data_source(offline, hub)
         check_otlp_endpoint(otlp_endpoint)
@@ -221,6 +255,8 @@ def eval_command(
             progress=progress,
             fail_fast=fail_fast,
             shard=shard_part,
+            prompt=template,
+            preset=preset_record,
         )
         if procs is None:
             records = run_sweep(spec, chosen, otlp_endpoint=otlp_endpoint)
@@ -405,6 +441,9 @@ def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
     app.command("report")(report_command)
     app.command("merge")(merge_command)
+    from evals.preset_cli import presets_command
+
+    app.command("presets")(presets_command)
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="paragen's eval harness")

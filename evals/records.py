@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evals.prompts import PromptRecord
 from paragen.config import Budget
 from paragen.errors import ConfigError, describe_invalid
 from paragen.types import Problem, SamplingParams, StrategyResult
@@ -104,6 +105,9 @@ class RunSettings(_Strict):
     backend_options: dict[str, Any] = Field(default_factory=dict)
     sampling: SamplingParams
     budget: Budget
+    # The prompt template's hash when it is not paragen's own wording (None keeps the settings
+    # ids of runs recorded before templates existed).
+    prompt: str | None = None
 
 
 class StrategyEntry(_Strict):
@@ -141,6 +145,12 @@ class RunInfo(_Strict):
     # histograms), written when its sweep ends.
     metrics: dict[str, float] = Field(default_factory=dict)
     shard: ShardInfo | None = None  # --shard I/N, or a merge of shards: the part of the sweep held
+    # True from the start of an invocation until its sweep has recorded every problem: a run
+    # killed, interrupted or crashed before its end stays marked partial; a resume that
+    # completes it sets it back to False.
+    partial: bool = False
+    prompt: PromptRecord | None = None  # the words the problems were asked in
+    preset: dict[str, Any] | None = None  # the published setting this run reproduces (evals.presets)
 
 
 class EvalRecord(_Strict):
@@ -163,6 +173,7 @@ class EvalRecord(_Strict):
     versions: dict[str, str]
     recorded_at: float
     failure: RunFailure | None = None  # outcome "failed": what the run raised
+    prompt: PromptRecord | None = None  # the template the problem was asked in
 
     @property
     def key(self) -> Key:
@@ -171,7 +182,8 @@ class EvalRecord(_Strict):
 
     def to_line(self) -> str:
         # Without a failure the line carries no ``failure`` key, so readers that lack the field read it.
-        exclude = {"failure"} if self.failure is None else None
+        # Likewise without a prompt.
+        exclude = {name for name in ("failure", "prompt") if getattr(self, name) is None}
         return self.model_dump_json(by_alias=True, exclude=exclude) + "\n"
 
 
@@ -181,9 +193,9 @@ def record_key(record: EvalRecord) -> Key:
 
 def settings_id(settings: RunSettings, strategy_config: dict[str, Any]) -> str:
     """A short hash of everything that changes a record's result besides its problem."""
-    blob = json.dumps(
-        {"settings": settings.model_dump(mode="json"), "strategy": strategy_config}, sort_keys=True
-    )
+    # A run in paragen's own wording hashes as it did before templates were recorded.
+    dumped = settings.model_dump(mode="json", exclude={"prompt"} if settings.prompt is None else None)
+    blob = json.dumps({"settings": dumped, "strategy": strategy_config}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -327,6 +339,8 @@ def prepare_run(run_dir: Path, fresh: RunInfo, *, resume: bool, new_run: bool) -
             "strategies": old.strategies + [s for s in fresh.strategies if (s.name, s.n) not in combos],
             "resumed_at": [*old.resumed_at, time.time()],
             "seeds": old.seeds + [s for s in fresh.seeds if s not in old.seeds],
+            "prompt": old.prompt or fresh.prompt,
+            "preset": old.preset or fresh.preset,
         }
         return old.model_copy(update=update)
     if not new_run:

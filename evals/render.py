@@ -136,20 +136,74 @@ def _matched_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list
 
 
 def _run_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["folder", "run", "task", "backend", "seeds", "data source", "sha256", "note"]
+    """The runs and their data (a run interrupted before its end: PARTIAL after its id); the prompt
+    and preset columns only where some run needs them."""
+    runs = report["runs"]
+    prompt = any(r.get("prompt") not in (None, "paragen") for r in runs)
+    preset = any(r.get("preset") for r in runs)
+    header = ["folder", "run", "task", "backend", "seeds", *(["prompt"] if prompt else []),
+              *(["preset"] if preset else []), "data source", "sha256", "note"]  # fmt: skip
     body = [
-        [r["folder"], r["run_id"], r["task"], r["backend"], ",".join(str(s) for s in r["seeds"]),
-         r["source"].rsplit(", sha256", 1)[0],
+        [r["folder"], r["run_id"] + (" PARTIAL" if r.get("partial") else ""), r["task"], r["backend"],
+         ",".join(str(s) for s in r["seeds"]), *([r.get("prompt") or "-"] if prompt else []),
+         *([r.get("preset") or "-"] if preset else []), r["source"].rsplit(", sha256", 1)[0],
          r["data"]["file_sha256"] or r["data"]["rows_sha256"], r["data"]["note"] or "-"]
-        for r in report["runs"]
+        for r in runs
     ]  # fmt: skip
     return header, body
+
+
+SAMPLES_HEADER = [
+    "task", "strategy", "n", "problems", "k", "pass@1[avg-of-k] ± SE", "95% CI", "maj@k", "pass@k",
+    "no answer", "reasoning tok/sample", "folder",
+]  # fmt: skip
+
+
+def _pct(value: float | None) -> str:
+    return _num(None if value is None else 100 * value, "{:.1f}%")
+
+
+def sample_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Per-sample metrics (evals.sample_metrics): k samples per problem, pooled over seeds."""
+    body = [
+        [r["task"], r["strategy"], str(r["n"]), str(r["problems"]), str(r["k"]),
+         _pct(r["pass1"]) + ("" if r["pass1_sem"] is None else f" ± {100 * r['pass1_sem']:.1f}"),
+         f"{_pct(r['pass1_ci_low'])}-{_pct(r['pass1_ci_high'])}", _pct(r["majority"]),
+         _pct(r["pass_at"].get(r["k"], r["pass_at"].get(str(r["k"])))), _pct(r["no_answer"]),
+         _num(r["reasoning_tokens"], "{:.0f}"), r["folder"] or "-"]
+        for r in rows
+    ]  # fmt: skip
+    return SAMPLES_HEADER, body
+
+
+PUBLISHED_HEADER = ["preset", "metric", "strategy", "n", "published", "measured [95% interval]", "within",
+                    "source", "note"]  # fmt: skip
+
+
+def published_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Each published figure of a run's preset beside the measured value (figures not reproduced here)."""
+    body = []
+    for r in rows:
+        interval = "" if r["low"] is None else f" [{r['low']:.1f}%, {r['high']:.1f}%]"
+        measured = "not in this run" if r["measured"] is None else f"{r['measured']:.1f}%{interval}"
+        within = "-" if r["within"] is None else ("yes" if r["within"] else "no")
+        body.append([r["preset"], r["metric"], r["strategy"], "-" if r["n"] is None else str(r["n"]),
+                     f"{r['published']:g}%", measured, within, r["source"], r["note"] or "-"])  # fmt: skip
+    return PUBLISHED_HEADER, body
 
 
 def _sections(report: dict[str, Any]) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
     return [
         ("Runs and their data", _run_cells(report)),
         ("Live runs" + (" (regraded)" if report["regraded"] else ""), table_cells(report["summary"])),
+        (
+            "Samples: pass@1 over k samples, majority@k, pass@k, no answer",
+            sample_cells(report.get("samples", [])),
+        ),
+        (
+            "Published figures (not reproduced here) beside this run's",
+            published_cells(report.get("published", [])),
+        ),
         ("Paired comparisons (problems both finished)", paired_cells(report["paired"])),
         ("Sample bank: offline estimates (not live runs)", _offline_cells(report["offline"])),
         (

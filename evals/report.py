@@ -17,8 +17,10 @@ from evals.bank import Verdicts
 from evals.compare import common_problems, comparison_rows, restrict, seed_of, settings_of
 from evals.grading import Grader
 from evals.metrics import CI_SEED, Point, ProblemStats, matched_cost, summarize
+from evals.published import published_rows
 from evals.records import EvalRecord, GradeRecord, RunInfo, load_records, records_path, run_infos
 from evals.render import print_report, render, table_cells
+from evals.report_samples import sample_rows
 from paragen.errors import ConfigError
 
 __all__ = ["build_report", "print_report", "render", "table_cells"]
@@ -187,6 +189,7 @@ def build_report(
                    for (_, records), folder in zip(named, folders, strict=True)]  # fmt: skip
     paired, base_notes = comparison_rows(settings_of(named), baseline=baseline, all_pairs=all_pairs)
     rows = [row for part in per_run for row in part["summary"]]
+    notes += partial_notes(dirs, names)
     return {
         "run": str(dirs[0]) if len(dirs) == 1 else [str(d) for d in dirs],
         "regraded": do_regrade,
@@ -195,6 +198,12 @@ def build_report(
         ],
         "notes": notes + base_notes,
         "summary": rows,
+        "samples": [row for part in per_run for row in part["samples"]],
+        "published": [
+            row
+            for d, (_, records), part in zip(dirs, named, per_run, strict=True)
+            for row in _published(d, records, part)
+        ],
         "paired": paired,
         "offline": [row for part in per_run for row in part["offline"]],
         "within_budget": [row for part in per_run for row in part["within_budget"]],
@@ -211,6 +220,7 @@ def _run_sections(
     banks, verdicts = bank_of(records, grader)
     return {
         "summary": rows,
+        "samples": sample_rows(group_records(records), grader, verdicts, folder),
         "offline": offline_rows(banks, verdicts, folder),
         "within_budget": budget_rows(banks, verdicts, rows, within),
     }
@@ -248,4 +258,29 @@ def _run_entry(info: RunInfo, folder: str) -> dict[str, Any]:
     seeds: list[int | None] = [*info.seeds] or [info.settings.sampling.seed]
     return {"folder": folder, "run_id": info.run_id, "seeds": seeds, "task": info.settings.task,
             "backend": info.settings.backend, "data": info.data.model_dump(mode="json"),
-            "source": info.data.describe()}  # fmt: skip
+            "source": info.data.describe(), "partial": info.partial,
+            "prompt": None if info.prompt is None else info.prompt.name,
+            "preset": None if info.preset is None else info.preset["name"]}  # fmt: skip
+
+
+def partial_notes(dirs: Sequence[Path], names: Sequence[str]) -> list[str]:
+    """A line per run folder whose current run was interrupted before its end (run.json ``partial``)."""
+    return [
+        f"{name}: PARTIAL run {info.run_id}: interrupted before its end; --resume completes it"
+        for d, name in zip(dirs, names, strict=True)
+        for info in run_infos(d)[-1:]
+        if info.partial
+    ]
+
+
+def _published(run_dir: Path, records: Sequence[EvalRecord], part: dict[str, Any]) -> list[dict[str, Any]]:
+    """The preset's published figures beside this run's measurements (none without a preset)."""
+    current = run_infos(run_dir)[-1:]
+    preset = current[0].preset if current else None
+    if preset is None:
+        return []
+    run_id = current[0].run_id
+    mine = [r for r in records if r.run_id == run_id]
+    summary = [r for r in part["summary"] if r["run_id"] == run_id]
+    samples = [r for r in part["samples"] if r["run_id"] == run_id]
+    return published_rows(preset, summary, samples, mine)

@@ -32,6 +32,7 @@ from rich.progress import (
 )
 
 from evals.grading import Grade, Grader
+from evals.prompts import PromptRecord, get_template, prompt_setting
 from evals.records import (
     DataSource,
     EvalRecord,
@@ -55,6 +56,7 @@ from paragen.config import Budget, spec_without_credentials
 from paragen.errors import ConfigError
 from paragen.metrics import Metrics
 from paragen.orchestrator import Orchestrator
+from paragen.prompts import PromptTemplate, using_template
 from paragen.registry import load_strategy
 from paragen.strategy import Strategy, build_strategy, count_field, parallel_samples
 from paragen.types import Problem, SamplingParams, StrategyResult
@@ -137,6 +139,8 @@ class EvalSpec:
     progress: bool = True
     grader_workers: int = 2
     shard: Shard | None = None  # --shard I/N: run only this part of the sweep (evals.shards)
+    prompt: PromptTemplate | None = None  # None: the task's default template
+    preset: dict[str, Any] | None = None  # the published setting run (evals.presets), kept in run.json
 
     def __post_init__(self) -> None:
         # The spec is written into run.json and every record: a key in its URL must not be.
@@ -176,7 +180,13 @@ def run_settings(spec: EvalSpec) -> RunSettings:
         backend_options=options,
         sampling=spec.sampling.model_copy(update={"seed": None}) if len(spec.seeds) > 1 else spec.sampling,
         budget=spec.budget,
+        prompt=prompt_setting(spec_template(spec)),
     )
+
+
+def spec_template(spec: EvalSpec) -> PromptTemplate:
+    """The template the sweep asks in: the one given, else the task's default."""
+    return spec.prompt or get_template(spec.task.prompt)
 
 
 def seed_samplings(spec: EvalSpec) -> list[SamplingParams]:
@@ -206,6 +216,8 @@ def _whole_run_info(spec: EvalSpec) -> RunInfo:
         max_concurrent=spec.max_concurrent,
         versions=versions(),
         seeds=spec.seeds if len(spec.seeds) > 1 else [],
+        prompt=PromptRecord.of(spec_template(spec)),
+        preset=spec.preset,
     )
 
 
@@ -229,7 +241,8 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     # Opened (and probed) before the run folder is touched: a server that cannot be reached or
     # does not speak the API is one error here, not a folder of error records.
     try:
-        return await _sweep(spec, orch)
+        with using_template(spec_template(spec)):  # the strategies' tasks inherit it
+            return await _sweep(spec, orch)
     finally:
         await orch.aclose()
 
@@ -248,6 +261,7 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
         check_shard_resume(spec.out, fresh)
         run_info = prepare_run(spec.out, fresh, resume=spec.resume, new_run=spec.new_run)
         writer = RecordWriter.open(spec.out)
+        run_info.partial = True  # until the sweep has recorded every problem (a kill leaves it so)
         write_run_info(spec.out, run_info)
         try:
             with _progress(spec.progress) as progress:
@@ -256,10 +270,11 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
                     orch.defaults = sampling
                     if await sweep.run_combos() and spec.fail_fast:
                         break
+            run_info.partial = not sweep_complete(spec, run_info)
         finally:
             if orch.metrics is not None:  # what this invocation ran, also when it was cut short
                 run_info.metrics = orch.metrics.values()
-                write_run_info(spec.out, run_info)
+            write_run_info(spec.out, run_info)  # partial stays True when the sweep was cut short
     finally:
         await anyio.to_thread.run_sync(grader.close)
     return ordered_records(spec, run_info, load_records(spec.out).latest())
@@ -359,6 +374,7 @@ def make_record(
         seed=spec.seed,
         versions=run_info.versions,
         recorded_at=time.time(),
+        prompt=run_info.prompt,
     )
 
 
@@ -386,6 +402,28 @@ def failure_record(
         spec, combo, problem, result=result, grade=grade, run_info=run_info, sampling=sampling
     )
     return record.model_copy(update={"failure": failure})
+
+
+def sweep_complete(spec: EvalSpec, run_info: RunInfo) -> bool:
+    """Whether every (seed, configuration) of this sweep has a record (a result or not) for every
+    problem of the run, those of earlier invocations included (a resume over fewer problems does not
+    clear the mark of a run whose other problems were cut short)."""
+    recorded = {r.key for r in load_records(spec.out).latest()}
+    if run_info.shard is not None:  # a shard holds only the units it owns
+        from evals.shards import shard_units
+
+        owned = shard_units(run_info, run_info.shard.indices, run_info.shard.count)
+        return all(key in recorded for key in owned)
+    for sampling in seed_samplings(spec):
+        seed = -1 if sampling.seed is None else sampling.seed
+        for combo in spec.combos:
+            sid = settings_id(run_info.settings, combo.strategy.config.model_dump(mode="json"))
+            if any(
+                (spec.task.name, pid, combo.name, combo.n, sid, seed) not in recorded
+                for pid in run_info.problems
+            ):
+                return False
+    return True
 
 
 def ordered_records(spec: EvalSpec, run_info: RunInfo, records: Sequence[EvalRecord]) -> list[EvalRecord]:

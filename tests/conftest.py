@@ -70,6 +70,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Tiny
     ``model_class`` names a transformers class, built from its config class with TINY's shape and
     the given fields (``vocab_size`` and ``eos_token_id`` the tokenizer's; ``pad``: its pad token,
     else eos), after ``torch.manual_seed(seed)``. ``special_tokens`` are added to the tokenizer,
+    ``tokens`` too as plain ones (kept in decoded text), ``chat_template`` replaces its template,
     ``init`` may change the weights, and ``save`` writes the model itself (default: save_pretrained).
     """
 
@@ -79,6 +80,8 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Tiny
         *,
         seed: int = 0,
         special_tokens: Sequence[str] = (),
+        tokens: Sequence[str] = (),
+        chat_template: str | None = None,
         pad: bool = False,
         init: Callable[[Any], None] | None = None,
         save: Callable[[Any, Path], None] | None = None,
@@ -89,6 +92,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Tiny
         tokenizer = transformers.AutoTokenizer.from_pretrained(smol_dir)
         if special_tokens:
             tokenizer.add_special_tokens({"additional_special_tokens": list(special_tokens)})
+        tokenizer.add_tokens(list(tokens))
+        if chat_template is not None:
+            tokenizer.chat_template = chat_template
         shape = {**TINY, "vocab_size": len(tokenizer), "eos_token_id": tokenizer.eos_token_id}
         if pad:
             shape["pad_token_id"] = (
@@ -110,3 +116,58 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Tiny
 
 def _save_pretrained(model: Any, out: Path) -> None:
     model.save_pretrained(out)
+
+
+QWEN3_CHAT_TEMPLATE = Path(__file__).with_name("qwen3_chat_template.jinja")
+
+
+def randomized(model: Any) -> None:
+    """Every weight drawn at random, norms around 1: logits spread wide enough that greedy decoding
+    has no near ties, and a norm weight applied in the wrong place changes them."""
+    torch: Any = importlib.import_module("torch")
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 1:
+                param.normal_(1.0, 0.3)
+            else:  # logits of the same size at any width
+                param.normal_(0.0, 0.2 * (64 / param.shape[-1]) ** 0.5)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_with(tiny_model: TinyModel) -> TinyModel:
+    """A random-init Qwen3 (per-head q/k norms; head_dim 32, not hidden / heads) with Qwen3's
+    ``<think>`` tokens and its chat template's thinking switch; fields go over these. ``model_class``
+    may be Qwen3MoeForCausalLM."""
+
+    def build(name: str, model_class: str = "Qwen3ForCausalLM", **fields: Any) -> Path:
+        shape = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}
+        return tiny_model(
+            name,
+            model_class,
+            tokens=["<think>", "</think>"],
+            chat_template=QWEN3_CHAT_TEMPLATE.read_text(),
+            init=randomized,
+            **{**shape, "max_position_embeddings": 512, **fields},
+        )
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tiny_qwen3_with: TinyModel) -> Path:
+    return tiny_qwen3_with("qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_moe(tiny_qwen3_with: TinyModel) -> Path:
+    """Qwen3-MoE: layer 0 sparse (8 experts, 2 a token, their probabilities renormalised, as in
+    Qwen3-30B-A3B), layer 1 dense."""
+    return tiny_qwen3_with(
+        "qwen3_moe",
+        "Qwen3MoeForCausalLM",
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        norm_topk_prob=True,
+        mlp_only_layers=[1],
+    )

@@ -62,6 +62,7 @@ class Task:
     # (prediction, gold) -> correct, replacing math-verify for tasks whose answers are not math
     # (Game of 24 expressions, the LLMCompiler sets' text); a top-level function, so it pickles.
     equivalence: Callable[[str, str], bool] | None = None
+    prompt: str = "paragen"  # the prompt template a run uses unless --prompt names another
 
     def bundled_path(self) -> Path:
         assert self.bundled is not None

@@ -40,6 +40,8 @@ class EngineConfig(BaseModel):
     block_size: int = Field(default=16, gt=0)
     max_batch: int = Field(default=256, gt=0)
     threads: int | None = Field(default=None, gt=0)
+    # The chat template's thinking switch (Qwen3's ``enable_thinking``); None: the template's default.
+    enable_thinking: bool | None = None
 
 
 CAPABILITIES = Capabilities(
@@ -63,9 +65,10 @@ class EngineBackend:
     name = "engine"
     Config = EngineConfig  # its options, as `paragen backends` lists them
 
-    def __init__(self, engine: LLMEngine):
+    def __init__(self, engine: LLMEngine, *, enable_thinking: bool | None = None):
         from paragen.engine.async_engine import AsyncEngine
 
+        self.template_options = template_options(engine.tokenizer, enable_thinking)
         self.engine = engine
         self.runtime: AsyncEngine = AsyncEngine(engine)
 
@@ -80,7 +83,9 @@ class EngineBackend:
             raise ConfigError(
                 f"bad engine option: {exc}", hint=f"options: {sorted(EngineConfig.model_fields)}"
             ) from exc
-        return cls(_built_off_this_thread(lambda: LLMEngine(target, **config.model_dump())))
+        engine_options = config.model_dump(exclude={"enable_thinking"})
+        engine = _built_off_this_thread(lambda: LLMEngine(target, **engine_options))
+        return cls(engine, enable_thinking=config.enable_thinking)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -98,6 +103,7 @@ class EngineBackend:
             tokenize=False,
             add_generation_prompt=not request.continue_final,
             continue_final_message=request.continue_final,
+            **self.template_options,
         )
         return list(tok(text, add_special_tokens=False)["input_ids"])
 
@@ -138,7 +144,9 @@ class EngineBackend:
         from paragen.engine.hogwild.session import EngineSharedSession
 
         engine_session = EngineSharedSession(self.engine, params, num_workers)
-        session = AsyncSharedSession(self.runtime, engine_session, self.engine.tokenizer)
+        session = AsyncSharedSession(
+            self.runtime, engine_session, self.engine.tokenizer, self.template_options
+        )
         try:
             yield session
         finally:
@@ -246,10 +254,17 @@ class AsyncSharedSession:
     """The engine backend's ``SharedSession``: an ``EngineSharedSession`` whose every call that touches
     the cache runs on the engine's step thread (``AsyncEngine``)."""
 
-    def __init__(self, runtime: AsyncEngine, session: EngineSharedSession, tokenizer: Any):
+    def __init__(
+        self,
+        runtime: AsyncEngine,
+        session: EngineSharedSession,
+        tokenizer: Any,
+        template_options: dict[str, Any] | None = None,
+    ):
         self.runtime = runtime
         self.session = session
         self.tokenizer = tokenizer
+        self.template_options = template_options or {}
         self._decode = fast_decode(tokenizer)
         self.eos_token_ids = frozenset(session.engine.eos_ids)
         self.max_view_tokens = int(session.engine.cfg.max_position_embeddings)
@@ -263,7 +278,7 @@ class AsyncSharedSession:
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
         text: str = self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=True
+            list(messages), tokenize=False, add_generation_prompt=True, **self.template_options
         )
         return text
 
@@ -301,6 +316,19 @@ class AsyncSharedSession:
                 session.clear_segment(src)
 
         await self.runtime.call(fold)
+
+
+def template_options(tokenizer: Any, enable_thinking: bool | None) -> dict[str, Any]:
+    """What every chat template rendering is given beside the messages: the thinking switch, where
+    it is set. A template without the switch would ignore it silently, so that model is refused."""
+    if enable_thinking is None:
+        return {}
+    if "enable_thinking" not in str(getattr(tokenizer, "chat_template", None) or ""):
+        raise ConfigError(
+            "enable_thinking is set but the model's chat template has no thinking switch",
+            hint="leave enable_thinking unset for this model",
+        )
+    return {"enable_thinking": enable_thinking}
 
 
 def _built_off_this_thread(build: Callable[[], LLMEngine]) -> LLMEngine:

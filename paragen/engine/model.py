@@ -1,4 +1,4 @@
-"""A lean forward for Llama- and Qwen2-family decoder-only models.
+"""A lean forward for Llama-, Qwen2- and Qwen3-family decoder-only models (Qwen3-MoE's MLP: moe.py).
 
 Weights are plain tensors with Q/K/V and gate/up fused into one matmul each, so a
 layer is a handful of large ops: eager HF modules spend most of a CPU decode step on
@@ -24,6 +24,7 @@ from paragen.engine.attention import (
 )
 from paragen.engine.kernels import fused, triton_attention
 from paragen.engine.loader import ModelConfig
+from paragen.engine.moe import mlp_weights, sparse_mlp
 from paragen.errors import ConfigError
 
 
@@ -36,6 +37,10 @@ class Layer:
     down: torch.Tensor
     in_norm: torch.Tensor
     post_norm: torch.Tensor
+    # Qwen3: the query heads' norm weights, then the key heads', as [heads + kv_heads, head_dim]
+    qk_norm: torch.Tensor | None = None
+    # Qwen3-MoE's sparse layers: the router; gate_up and down then hold every expert's (moe.py)
+    router: torch.Tensor | None = None
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -95,7 +100,7 @@ class Model:
         self.embed = get("model.embed_tokens.weight")
         self.norm = get("model.norm.weight")
         self.lm_head = self.embed if cfg.tie_word_embeddings else get("lm_head.weight")
-        self.layers = [self._layer(get, tensors, f"model.layers.{i}.") for i in range(cfg.num_layers)]
+        self.layers = [self._layer(get, tensors, i) for i in range(cfg.num_layers)]
         self.num_weight_bytes = sum(
             t.numel() * t.element_size()
             for t in [self.lm_head, *(w for x in self.layers for w in (x.qkv, x.o, x.gate_up, x.down))]
@@ -104,7 +109,8 @@ class Model:
             self.lm_head = _pack(self.lm_head)
             for layer in self.layers:
                 layer.qkv, layer.o = _pack(layer.qkv), _pack(layer.o)
-                layer.gate_up, layer.down = _pack(layer.gate_up), _pack(layer.down)
+                if layer.router is None:  # experts are taken one by one from their stacks, by F.linear
+                    layer.gate_up, layer.down = _pack(layer.gate_up), _pack(layer.down)
         max_pos = cfg.max_position_embeddings
         freqs = torch.outer(torch.arange(max_pos, dtype=torch.float32), rope_inv_freq(cfg))
         angles = torch.cat((freqs, freqs), dim=-1)
@@ -114,26 +120,40 @@ class Model:
         self.sin = torch.cat((-angles.sin()[:, :half], angles.sin()[:, half:]), dim=-1).to(self.device, dtype)
 
     def _layer(
-        self, get: Callable[[str], torch.Tensor], tensors: Mapping[str, torch.Tensor], p: str
+        self, get: Callable[[str], torch.Tensor], tensors: Mapping[str, torch.Tensor], index: int
     ) -> Layer:
+        p = f"model.layers.{index}."
         qkv_names = [f"{p}self_attn.{x}_proj" for x in "qkv"]
         has_bias = f"{qkv_names[0]}.bias" in tensors
         qkv = torch.cat([get(f"{n}.weight") for n in qkv_names])
         bias = torch.cat([get(f"{n}.bias") for n in qkv_names]) if has_bias else None
-        if self.is_scale_folded:
+        qk_norm = self._qk_norm(get, p) if self.cfg.qk_norm else None
+        if self.is_scale_folded and qk_norm is None:
             num_q = self.cfg.num_heads * self.cfg.head_dim
             qkv[:num_q] *= self.cfg.head_dim**-0.5
             if bias is not None:
                 bias[:num_q] *= self.cfg.head_dim**-0.5
+        router, gate_up, down = mlp_weights(get, tensors, index, self.cfg.experts)
         return Layer(
             qkv=qkv,
             qkv_bias=bias,
             o=get(f"{p}self_attn.o_proj.weight"),
-            gate_up=torch.cat([get(f"{p}mlp.gate_proj.weight"), get(f"{p}mlp.up_proj.weight")]),
-            down=get(f"{p}mlp.down_proj.weight"),
+            gate_up=gate_up,
+            down=down,
             in_norm=get(f"{p}input_layernorm.weight"),
             post_norm=get(f"{p}post_attention_layernorm.weight"),
+            qk_norm=qk_norm,
+            router=router,
         )
+
+    def _qk_norm(self, get: Callable[[str], torch.Tensor], p: str) -> torch.Tensor:
+        """Qwen3's per-head norm weights, one row per query head then per KV head. A folded softmax
+        scale goes into the query rows: the norm would undo it in the projection's weights."""
+        cfg = self.cfg
+        q_norm, k_norm = get(f"{p}self_attn.q_norm.weight"), get(f"{p}self_attn.k_norm.weight")
+        if self.is_scale_folded:
+            q_norm = q_norm * cfg.head_dim**-0.5  # a power of two: exact
+        return torch.cat([q_norm.expand(cfg.num_heads, -1), k_norm.expand(cfg.num_kv_heads, -1)])
 
     def forward(
         self,
@@ -203,11 +223,18 @@ class Model:
         linear, nq = self.linear, self.num_heads
         h = self.rms_norm(x, layer.in_norm)
         qkv = linear(h, layer.qkv, layer.qkv_bias).view(x.shape[0], -1, self.head_dim)
-        rope_(qkv[:, rope_from : nq + kv.shape[0] // 2], cos, sin)
+        nqk = nq + kv.shape[0] // 2
+        if layer.qk_norm is not None:  # before RoPE and before any attention reads the cache
+            qk = qkv[:, :nqk]
+            qk.copy_(F.rms_norm(qk, (self.head_dim,), None, self.norm_eps)).mul_(layer.qk_norm)
+        rope_(qkv[:, rope_from:nqk], cos, sin)
         # [T, 2 * kv_heads, D] -> the cache's [2 * kv_heads, slots, D]: K and V in one write.
         kv.index_copy_(1, slots, qkv[:, nq:].transpose(0, 1))
         x = x + linear(attend(qkv, kv), layer.o, None)
         h = self.rms_norm(x, layer.post_norm)
+        if layer.router is not None:
+            assert self.cfg.experts is not None
+            return x + sparse_mlp(h, layer.router, layer.gate_up, layer.down, self.cfg.experts)
         gate, up = linear(h, layer.gate_up, None).chunk(2, dim=-1)
         return x + linear(F.silu(gate) * up, layer.down, None)
 

@@ -25,7 +25,9 @@ class ModelRunner:
     @property
     def graphs(self) -> cuda_graphs.Graphs | None:
         """Decode passes from CUDA graphs (``cuda_graphs.py``), where they run; made on first use."""
-        if not cuda_graphs.enabled(self.device, self.cache.kv.dtype):
+        # A model with experts picks them per step on the host (moe.py): a graph cannot replay that.
+        has_experts = self.model.cfg.experts is not None
+        if has_experts or not cuda_graphs.enabled(self.device, self.cache.kv.dtype):
             return None
         if self._graphs is None:
             self._graphs = cuda_graphs.Graphs(self.model, self.cache.kv, self.block_size)

@@ -80,6 +80,7 @@ def test_shards_split_every_unit_once_and_record_the_sweep(sweep: Path) -> None:
         infos[0].shard.sweep if infos[0].shard else ""
     }
     assert [info.shard.indices if info.shard else None for info in infos] == [[1], [2], [3]]
+    assert not any(info.partial for info in infos)  # each holds every unit it owns
     keys = [r.key for i in (1, 2, 3) for r in read_records(sweep / f"s{i}")]
     assert len(keys) == len(set(keys)) == UNITS
     assert [len(read_records(sweep / f"s{i}")) for i in (1, 2, 3)] == [7, 7, 6]
@@ -94,6 +95,7 @@ def test_merged_shards_equal_the_whole_run_and_report_like_it(sweep: Path, tmp_p
     assert _essence(merged) == _essence(read_records(sweep / "whole"))
     info = read_run_info(tmp_path / "merged")
     assert info.shard is not None and info.shard.indices == [1, 2, 3] and len(info.shard.runs) == 3
+    assert not info.partial
     assert {r.run_id for r in merged} == {info.run_id}
     assert [p.name for p in tmp_path.iterdir()] == ["merged"]  # no staging folder left beside it
 

@@ -34,13 +34,6 @@ from strategies.llmcompiler.tools.calculator import calculator
 LIMITS = {"timeout_s": 3.0, "cpu_s": 1, "memory_mb": 256}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    # asyncio only for now: on trio, the memory-bomb and output-cap runs come back with no output
-    # when the whole module runs (each alone passes); why is not known yet.
-    return "asyncio"
-
-
 async def run_code(code: str, **limits: float) -> sandbox.SandboxResult:
     with anyio.fail_after(10):
         return await sandbox.run_sandboxed(code, **{**LIMITS, **limits})  # type: ignore[arg-type]

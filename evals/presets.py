@@ -1,0 +1,112 @@
+"""Presets: one TOML file per published setting, run by name with ``paragen eval --preset NAME``.
+
+A preset holds what a reproduction needs: the paper, the model, the task (and its data
+revision where the task pins one), the prompt template, temperature, top-p, max tokens, the
+n values, the strategies and their options, and the published figures with the table or
+section they come from. ``reproduced = false`` says, in every file, that its figures were
+not reproduced with paragen. Flags given on the command line override the preset's values;
+the preset itself is recorded in run.json, and the report puts each published figure beside
+the measured one (see :mod:`evals.published`).
+
+Files live in ``evals/presets/``; ``paragen presets`` lists them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from paragen.errors import ConfigError, describe_invalid
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+Metric = Literal["accuracy", "pass@1", "maj@k", "pass@k", "token_saving"]
+
+
+class Published(BaseModel):
+    """One published figure: what was measured, on which configuration, its value and source.
+
+    ``value`` is in percent, as papers print it. ``metric``: ``accuracy`` (the strategy's own
+    answer), ``pass@1`` (pass@1 averaged over its samples), ``maj@k`` (the vote over its
+    samples), ``pass@k`` (k = n), or ``token_saving`` (1 - its mean total tokens over
+    ``baseline``'s, on the problems both ran).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: Metric
+    strategy: str
+    n: int | None = None  # None: the strategy's only configuration in the run
+    value: float
+    source: str  # paper and table / section, or file of the reference code
+    baseline: str | None = None  # token_saving: the strategy it is measured against
+    baseline_n: int | None = None
+    note: str = ""
+
+
+class Preset(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    paper: str
+    model: str
+    task: str
+    prompt: str  # a template name, or a file next to the preset
+    temperature: float
+    top_p: float
+    max_tokens: int
+    n: list[int] | None = None
+    strategies: list[str]
+    # Per strategy. TOML has no null: the string "none" stands for None (e.g. consensus = "none").
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    seeds: list[int] | None = None
+    limit: int | None = None
+    task_fields: dict[str, str] = Field(default_factory=dict)  # question / answer / id, for hf: tasks
+    split: str | None = None
+    revision: str | None = None  # hf: tasks; built-in tasks pin their own
+    reproduced: Literal[False]  # the figures below were not reproduced with paragen
+    note: str = ""
+    published: list[Published] = Field(min_length=1)
+
+    def strategy_options(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: {k: None if v == "none" else v for k, v in opts.items()}
+            for name, opts in self.options.items()
+        }
+
+    def prompt_spec(self) -> str:
+        """The template name, or the path of a prompt file shipped beside the preset."""
+        beside = PRESET_DIR / self.prompt
+        return str(beside) if beside.suffix and beside.is_file() else self.prompt
+
+    def record(self) -> dict[str, Any]:
+        """What run.json keeps of the preset (all of it: the report compares with ``published``)."""
+        return self.model_dump(mode="json")
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml") if not p.name.endswith(".prompt.toml"))
+
+
+def load_preset(name: str) -> Preset:
+    """The preset of that name (or a TOML file path); one ConfigError line when it cannot be used."""
+    path = Path(name) if name.endswith(".toml") else PRESET_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise ConfigError(f"unknown preset {name!r}", hint=f"use one of {', '.join(preset_names())}")
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read preset {path}: {exc}") from None
+    try:
+        return Preset.model_validate({"name": path.stem, **table})
+    except ValidationError as exc:
+        raise ConfigError(f"preset {path} is not valid: {describe_invalid(exc, whole='the file')}") from None
+
+
+def describe(preset: Preset) -> str:
+    figures = "; ".join(
+        f"{p.metric} {p.strategy}{'' if p.n is None else f' n={p.n}'} {p.value:g}%" for p in preset.published
+    )
+    return f"{preset.name}: {preset.model} on {preset.task} ({preset.paper}): {figures}"

@@ -1,0 +1,88 @@
+"""The published figure beside the measured one, for a run made from a preset (see evals.presets).
+
+For each figure of the run's preset the report finds the configuration it names (strategy,
+n) among the run's rows and gives the measured value with its 95% interval, in percent:
+
+- ``accuracy``: the live accuracy and its bootstrap interval over problems;
+- ``pass@1`` / ``maj@k``: the per-sample rows (evals.sample_metrics) and their bootstrap
+  intervals over problems;
+- ``pass@k``: the unbiased estimate at k = n (no interval is computed for it);
+- ``token_saving``: 1 - (mean total tokens of the strategy) / (mean of its baseline) on the
+  problems both ran, with a paired bootstrap interval over problems (evals.stats).
+
+``within`` says whether the published value lies inside the measured interval. A figure whose
+configuration the run does not hold (flags overrode it) is listed with no measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from evals import stats
+from evals.compare import seed_of
+from evals.records import EvalRecord
+
+
+def _find(rows: Sequence[dict[str, Any]], strategy: str, n: int | None) -> dict[str, Any] | None:
+    found = [r for r in rows if r["strategy"] == strategy and (n is None or r["n"] == n)]
+    return found[-1] if found else None
+
+
+def _token_saving(records: Sequence[EvalRecord], figure: dict[str, Any]) -> tuple[float, float, float] | None:
+    def tokens(strategy: str, n: int | None) -> dict[tuple[str, int], float]:
+        chosen = [r for r in records if r.strategy == strategy and (n is None or r.n == n)]
+        return {(r.problem.id, seed_of(r)): float(r.result.usage.total_tokens) for r in chosen}
+
+    ours, base = tokens(figure["strategy"], figure["n"]), tokens(figure["baseline"], figure["baseline_n"])
+    clusters: dict[str, list[tuple[float, float]]] = {}
+    for key in sorted(ours.keys() & base.keys()):
+        clusters.setdefault(key[0], []).append((ours[key], base[key]))
+    if not clusters:
+        return None
+    ratio = stats.paired_bootstrap(list(clusters.values()), stats.ratio_of_means)
+    return 100 * (1 - ratio.value), 100 * (1 - ratio.high), 100 * (1 - ratio.low)
+
+
+def _measured(
+    figure: dict[str, Any],
+    summary: Sequence[dict[str, Any]],
+    samples: Sequence[dict[str, Any]],
+    records: Sequence[EvalRecord],
+) -> tuple[float, float | None, float | None] | None:
+    """(value, low, high) in percent, or None when the run holds no such configuration."""
+    metric, strategy, n = figure["metric"], figure["strategy"], figure["n"]
+    if metric == "token_saving":
+        return _token_saving(records, figure)
+    if metric == "accuracy":
+        row = _find(summary, strategy, n)
+        return None if row is None else (100 * row["accuracy"], 100 * row["ci_low"], 100 * row["ci_high"])
+    row = _find(samples, strategy, n)
+    if row is None:
+        return None
+    if metric == "pass@1":
+        return 100 * row["pass1"], 100 * row["pass1_ci_low"], 100 * row["pass1_ci_high"]
+    if metric == "maj@k":
+        return 100 * row["majority"], 100 * row["majority_ci_low"], 100 * row["majority_ci_high"]
+    k = n or row["k"]
+    value = row["pass_at"].get(k)
+    return None if value is None else (100 * value, None, None)
+
+
+def published_rows(
+    preset: dict[str, Any],
+    summary: Sequence[dict[str, Any]],
+    samples: Sequence[dict[str, Any]],
+    records: Sequence[EvalRecord],
+) -> list[dict[str, Any]]:
+    """One row per published figure of ``preset``: the figure, the measurement and its interval."""
+    rows = []
+    for figure in preset.get("published", []):
+        found = _measured(figure, summary, samples, records)
+        value, low, high = found if found is not None else (None, None, None)
+        within = None if low is None or high is None else low <= figure["value"] <= high
+        rows.append({"preset": preset["name"], "metric": figure["metric"], "strategy": figure["strategy"],
+                     "n": figure["n"], "published": figure["value"], "measured": value, "low": low,
+                     "high": high, "within": within, "source": figure["source"], "note": figure["note"],
+                     "reproduced": preset.get("reproduced", False)})  # fmt: skip
+    return rows
