@@ -186,10 +186,11 @@ def eval_command(
     ] = None,
 ) -> None:
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
+    from evals.combos import build_combos
     from evals.plots import INSTALL_HINT, MISSING, can_plot, require_plotting
     from evals.preset_cli import preset_over
     from evals.prompts import get_template
-    from evals.runner import EvalSpec, build_combos
+    from evals.runner import EvalSpec
     from evals.shards import parse_shard
     from evals.tasks import get_task
 

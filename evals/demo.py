@@ -90,9 +90,10 @@ def run_task(
 ) -> dict[str, Any]:
     import anyio
 
+    from evals.combos import build_combos
     from evals.plots import plot_pareto
     from evals.report import build_report, print_report
-    from evals.runner import EvalSpec, build_combos, run_eval
+    from evals.runner import EvalSpec, run_eval
     from evals.tasks import Selection, get_task, load_task
 
     task = get_task(task_name)

@@ -178,7 +178,7 @@ def sweep(task_name: str, limit: int, combos: list[Any], args: argparse.Namespac
 
 def combos_for(task: str, args: argparse.Namespace) -> list[Any]:
     """The settings of ``task``: each row at its n values (GSM8K: its largest only, GSM8K rows only)."""
-    from evals.runner import build_combos
+    from evals.combos import build_combos
 
     ns, tokens = _ints(args.n), getattr(args, f"{task}_tokens")
     picked = {"all": ns, "min": ns[:1], "max": ns[-1:]}

@@ -26,7 +26,8 @@ from evals.records import RUN_FILE, Key, RunInfo, ShardInfo, read_run_info, sett
 from paragen.errors import ConfigError
 
 if TYPE_CHECKING:
-    from evals.runner import Combo, EvalSpec
+    from evals.combos import Combo
+    from evals.runner import EvalSpec
     from paragen.types import Problem
 
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")

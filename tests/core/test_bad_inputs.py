@@ -443,7 +443,8 @@ def test_option_values_are_read_as_the_fields_type() -> None:
 
 
 def test_eval_api_refuses_zero_concurrency_before_writing(tmp_path: Path) -> None:
-    from evals.runner import EvalSpec, build_combos, run_eval
+    from evals.combos import build_combos
+    from evals.runner import EvalSpec, run_eval
     from evals.tasks import Selection, get_task, load_task
 
     task = get_task("arith")

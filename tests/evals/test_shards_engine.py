@@ -13,9 +13,10 @@ from typing import Any
 import anyio
 import pytest
 
+from evals.combos import build_combos
 from evals.merge import merge_shards
 from evals.records import RECORDS_FILE, EvalRecord, read_records
-from evals.runner import EvalSpec, build_combos, run_eval
+from evals.runner import EvalSpec, run_eval
 from evals.shards import Shard
 from evals.tasks import Selection, get_task, load_task
 from paragen._cli_options import choose_backend
