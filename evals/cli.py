@@ -1,22 +1,21 @@
-"""`paragen eval` and `paragen report`: the harness's two commands (and `paragen merge`, the join of a
-sharded sweep's run folders: evals.cli_shards).
+"""The harness's commands: `paragen eval` (here), `paragen report` (evals.cli_report), `paragen merge`
+(evals.cli_shards: the join of a sharded sweep's run folders) and `paragen presets` (evals.preset_cli).
 
 ``register(app)`` adds them to the paragen CLI; ``python -m evals.cli`` runs them alone.
 
     paragen eval -t arith -s single,majority,ffs -n 1,4,8 --backend engine --limit 30 --out runs/NAME
 
 The flags it shares with `paragen run` are defined once, in paragen._cli_options.
-    paragen report runs/NAME --format md --regrade --plot
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from evals.cli_report import report_command, show_report
 from evals.cli_shards import merge_command, run_procs
 from paragen import _tracing as tracing
 from paragen._cli_options import (
@@ -35,7 +34,9 @@ from paragen._cli_options import (
     check_otlp_endpoint,
     check_out_folder,
     choose_backend,
+    fail,
     parse_strategy_options,
+    split_commas,
     unique,
     validated,
 )
@@ -50,18 +51,13 @@ if TYPE_CHECKING:
     from evals.tasks import LoadedTask, Selection, Task
     from evals.tasks.loading import SourceChoice
 
-PLOT_FILE = "pareto.png"
 EXIT_NO_RESULT = 1  # no problem got a result: every record is a backend error
 EXIT_FAILED = 3  # some problem's run raised (a bug): recorded as "failed", the sweep went on
 
 
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def parse_ns(text: str) -> list[int]:
     try:
-        ns = [int(part) for part in _split(text)]
+        ns = [int(part) for part in split_commas(text)]
     except ValueError:
         raise ConfigError(
             f"bad --n {text!r}", hint="give positive integers separated by commas, e.g. 1,4,8"
@@ -79,7 +75,7 @@ def parse_seeds(text: str | None, seed: int | None) -> list[int]:
         raise ConfigError("--seed and --seeds contradict each other", hint="give one of them")
     hint = "give seeds separated by commas, e.g. 0,1,2"
     try:
-        values = [int(part) for part in _split(text)]
+        values = [int(part) for part in split_commas(text)]
     except ValueError:
         raise ConfigError(f"bad --seeds {text!r}", hint=hint) from None
     if not values or any(v < 0 for v in values):
@@ -87,11 +83,6 @@ def parse_seeds(text: str | None, seed: int | None) -> list[int]:
     for value in values:
         validated(SamplingParams, seed=value)
     return unique(values, "--seeds")
-
-
-def _fail(exc: ParagenError) -> None:
-    typer.echo(exc.one_line(), err=True)
-    raise typer.Exit(2)
 
 
 def _at_least(value: int | None, least: int, flag: str) -> None:
@@ -213,7 +204,7 @@ def eval_command(
                             revision=None if chosen_preset is None else chosen_preset.revision)  # fmt: skip
         shard_part = None if shard is None else parse_shard(shard)
         _at_least(procs, 1, "--procs")
-        names = unique(_split(strategies), "--strategies")
+        names = unique(split_commas(strategies), "--strategies")
         selection = _selection(limit, offset, ids, shuffle)
         _at_least(max_concurrent, 1, "--max-concurrent")
         seed_list = parse_seeds(seeds, seed)
@@ -264,7 +255,7 @@ def eval_command(
         else:
             records = run_procs(ctx, out, procs, shard_part, resume=resume or new_run)
     except ParagenError as exc:
-        _fail(exc)
+        fail(exc)
         return
     typer.echo(f"{len(records)} records in {out / 'records.jsonl'}")
     if not records and shard_part is not None:  # more shards than units: this one has nothing to run
@@ -273,7 +264,7 @@ def eval_command(
     draw = can_plot() if plot is None else plot
     if plot is None and not draw:
         typer.echo(f"no plot: {MISSING} ({INSTALL_HINT})", err=True)
-    _show(out, fmt="table", do_regrade=False, plot=draw)
+    show_report(out, fmt="table", do_regrade=False, plot=draw)
     _end_of_run(records)
 
 
@@ -283,7 +274,7 @@ def _selection(limit: int | None, offset: int, ids: str, shuffle: int | None) ->
     _at_least(limit, 1, "--limit")
     _at_least(offset, 0, "--offset")
     return Selection(
-        limit=limit, offset=offset, ids=_split(ids), shuffle=shuffle is not None, seed=shuffle or 0
+        limit=limit, offset=offset, ids=split_commas(ids), shuffle=shuffle is not None, seed=shuffle or 0
     )
 
 
@@ -339,102 +330,6 @@ def run_sweep(
 
     with tracing.configured(otlp_endpoint):  # flushed before the command returns
         return anyio.run(until_terminated, main)
-
-
-def report_command(
-    runs: Annotated[
-        list[Path], typer.Argument(help="run folders written by `paragen eval` (several: side by side)")
-    ],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, csv or md")] = "table",
-    regrade: Annotated[
-        bool, typer.Option(help="re-score the recorded answers with the current grader")
-    ] = False,
-    plot: Annotated[bool, typer.Option(help="write pareto.png beside the (first) run's records")] = False,
-    baseline: Annotated[
-        str | None,
-        typer.Option(help="the setting each is compared with: a strategy or 'NAME n=N' (default: single)"),
-    ] = None,
-    pairs: Annotated[
-        str, typer.Option(help="baseline (each against the baseline) or all (every pair)")
-    ] = "baseline",
-    within_tokens: Annotated[
-        str | None, typer.Option(help="comma-separated total-token budgets per problem for the budget table")
-    ] = None,
-    within_latency: Annotated[
-        str | None, typer.Option(help="comma-separated latency budgets per problem (s) for the budget table")
-    ] = None,
-    csv_table: Annotated[str, typer.Option(help="with --format csv: summary, paired or budgets")] = "summary",
-) -> None:
-    """Summarize runs' records: accuracy with CIs, paired comparisons, offline estimates, budgets."""
-    from evals.plots import require_plotting
-
-    try:
-        if plot:
-            require_plotting()
-        options = _report_options(baseline, pairs, within_tokens, within_latency, csv_table)
-        _show(runs, fmt=fmt, do_regrade=regrade, plot=plot, **options)
-    except ParagenError as exc:
-        _fail(exc)
-
-
-def _report_options(
-    baseline: str | None, pairs: str, tokens: str | None, latency: str | None, csv_table: str
-) -> dict[str, Any]:
-    if pairs not in ("baseline", "all"):
-        raise ConfigError(f"unknown --pairs {pairs!r}", hint="use baseline or all")
-    if csv_table not in ("summary", "paired", "budgets"):
-        raise ConfigError(f"unknown --csv-table {csv_table!r}", hint="use summary, paired or budgets")
-    within = {
-        "total_tokens": _budgets(tokens, "--within-tokens"),
-        "latency_s": _budgets(latency, "--within-latency"),
-    }
-    return {"baseline": baseline, "all_pairs": pairs == "all", "within": within, "csv_table": csv_table}
-
-
-def _budgets(text: str | None, flag: str) -> list[float]:
-    if text is None:
-        return []
-    try:
-        values = [float(part) for part in _split(text)]
-    except ValueError:
-        values = []
-    if not values or any(not v > 0 or v == float("inf") for v in values):
-        raise ConfigError(f"bad {flag} {text!r}", hint="give positive numbers separated by commas")
-    return values
-
-
-def _run_folder(path: Path) -> Path:
-    """A run folder, also when the user names its records file (``paragen report RUN/records.jsonl``)."""
-    if path.name == "records.jsonl" and path.is_file():
-        return path.parent
-    if path.is_file():
-        raise ConfigError(f"{path} is a file", hint="give the run folder (the one that holds records.jsonl)")
-    return path
-
-
-def _show(runs: Path | list[Path], *, fmt: str, do_regrade: bool, plot: bool, **options: Any) -> None:
-    from evals.report import build_report, print_report, render
-
-    runs = [_run_folder(run) for run in ([runs] if isinstance(runs, Path) else runs)]
-    csv_table = options.pop("csv_table", "summary")
-    if fmt not in ("table", "json", "csv", "md"):
-        raise ConfigError(f"unknown format {fmt!r}", hint="use table, json, csv or md")
-    for run in runs:
-        if not (run / "records.jsonl").exists():
-            raise ConfigError(f"no records in {run}", hint="run `paragen eval ... --out RUN` first")
-    report = build_report(runs, do_regrade=do_regrade, **options)
-    for note in report["notes"]:
-        typer.echo(note, err=True)
-    if fmt == "table":
-        print_report(report)
-    else:
-        sys.stdout.write(render(report, fmt, csv_table))
-    if plot and report["summary"]:
-        from evals.plots import plot_pareto
-
-        title = " vs ".join(run.name for run in runs)
-        path = plot_pareto(report["summary"], runs[0] / PLOT_FILE, title=title)
-        typer.echo(f"plot: {path}", err=fmt != "table")
 
 
 def register(app: typer.Typer) -> None:

@@ -7,18 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from paragen._cli_options import check_out_folder
+from paragen._cli_options import check_out_folder, fail
 from paragen._signals import until_terminated
 from paragen.errors import ConfigError, ParagenError
 
 if TYPE_CHECKING:
     from evals.records import EvalRecord
     from evals.shards import Shard
-
-
-def _fail(exc: ParagenError) -> None:
-    typer.echo(exc.one_line(), err=True)
-    raise typer.Exit(2)
 
 
 # Options a --procs child does not take from its parent: it gets its own folder, shard and quiet output.
@@ -80,7 +75,7 @@ def merge_command(
         check_out_folder(out)
         info = merge_shards(out, shards, partial=partial)
     except ParagenError as exc:
-        _fail(exc)
+        fail(exc)
         return
     held = info.shard.indices if info.shard else []
     count = info.shard.count if info.shard else 1

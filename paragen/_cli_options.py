@@ -20,13 +20,13 @@ import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
 
 import typer
 from pydantic import SecretStr
 
 from paragen.config import parse_backend_spec
-from paragen.errors import ConfigError, invalid_fields
+from paragen.errors import ConfigError, ParagenError, invalid_fields
 
 if TYPE_CHECKING:
     from paragen.backends.base import Backend
@@ -69,6 +69,17 @@ OtlpOpt = Annotated[
         "(or set OTEL_EXPORTER_OTLP_ENDPOINT; needs paragen[otel])",
     ),
 ]
+
+
+def fail(exc: ParagenError) -> NoReturn:
+    """A command's bad input or setting: its one line on stderr, and exit code 2."""
+    typer.echo(exc.one_line(), err=True)
+    raise typer.Exit(2)
+
+
+def split_commas(text: str) -> list[str]:
+    """A comma-separated option's values, blanks dropped."""
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def check_otlp_endpoint(endpoint: str | None) -> None:
