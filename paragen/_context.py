@@ -346,15 +346,22 @@ class RunContext:
         return ToolSpan(self._account, label, meta)
 
     def finish(
-        self, answer: str | None, *, text: str | None = None, metrics: dict[str, float] | None = None
+        self,
+        answer: str | None,
+        *,
+        text: str | None = None,
+        reasoning: str | None = None,
+        metrics: dict[str, float] | None = None,
     ) -> StrategyResult:
-        """The strategy's result with the common accounting of its traces."""
+        """The strategy's result with the common accounting of its traces; ``reasoning`` is the
+        thinking of the sample whose answer text is ``text``."""
         traces = list(self._account.traces)
         return StrategyResult(
             strategy=self.strategy_name,
             problem_id=self.problem.id,
             answer=answer,
             text=text,
+            reasoning=reasoning or None,
             traces=traces,
             usage=summarize(traces, latency_s=self.now()),
             metrics=dict(metrics or {}),
