@@ -116,9 +116,11 @@ class RunContext:
         messages: Sequence[ChatMessage | dict[str, str]] | None = None,
         n: int = 1,
         continue_final: bool = False,
+        thinking_budget: int | None = None,
         **params: Any,
     ) -> GenerateRequest:
-        """A request with the run's default sampling parameters, overridden by ``params``."""
+        """A request with the run's default sampling parameters, overridden by ``params``;
+        ``thinking_budget`` asks the server to end the thinking there (``capabilities.thinking_budget``)."""
         # The run's defaults are validated already; only overrides need validating again.
         sampling = self.defaults
         if params:
@@ -130,6 +132,7 @@ class RunContext:
             params=sampling,
             n=n,
             continue_final=continue_final,
+            thinking_budget=thinking_budget,
             # The problem, not its id alone: problems built without one all share the default id,
             # and a pool would pin all of them to one replica.
             affinity=f"{self.problem.id}\n{self.problem.question}",
