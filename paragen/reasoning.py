@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from paragen.types import ThinkingState
+from paragen.types import ThinkingState, Trace
 
 ThinkFormat = Literal["think", "think_open", "gpt_oss", "none"]
 
@@ -105,6 +105,12 @@ def join_thinking(reasoning: str, answer: str, state: ThinkingState, fmt: ThinkF
     if state == "open":
         return marks.open + reasoning
     return marks.open + reasoning + marks.close + answer
+
+
+def whole_text(trace: Trace, fmt: ThinkFormat) -> str:
+    """A trace's output as one text, its thinking in the family's delimiters (``"<think>"`` ones where
+    the family has none but a server sent the thinking apart): what a reader of whole traces reads."""
+    return join_thinking(trace.reasoning, trace.text, trace.thinking, fmt if fmt in DELIMITERS else "think")
 
 
 def tokens_before(offset: int, chunks: list[str], counts: list[int]) -> int:
