@@ -60,9 +60,10 @@ async def test_output_after_an_opened_think_is_all_thinking(llama: Server) -> No
     trace = result.traces[0]
     assert raw.strip() and "</think>" not in raw
     assert (trace.thinking, trace.reasoning, trace.text) == ("open", raw, "")
-    assert trace.reasoning_tokens == trace.completion_tokens == 12
-    assert (result.usage.reasoning_tokens, result.usage.answer_tokens, result.usage.num_open_thinking) == (
-        12,
+    assert trace.reasoning_tokens == trace.completion_tokens > 0  # it may end (EOS) before max_tokens
+    usage = result.usage
+    assert (usage.reasoning_tokens, usage.answer_tokens, usage.num_open_thinking) == (
+        trace.completion_tokens,
         0,
         1,
     )
@@ -73,4 +74,4 @@ async def test_output_after_a_closed_think_is_all_answer(llama: Server) -> None:
     trace = result.traces[0]
     assert raw.strip() and "<think>" not in raw
     assert (trace.thinking, trace.reasoning, trace.text) == ("none", "", raw)
-    assert (trace.reasoning_tokens, trace.answer_tokens) == (0, 12)
+    assert trace.reasoning_tokens == 0 and trace.answer_tokens == trace.completion_tokens > 0

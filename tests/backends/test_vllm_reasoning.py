@@ -1,10 +1,13 @@
 """The OpenAI backend against a real `vllm serve` of SmolLM2 started with a reasoning parser.
 
-With ``--reasoning-parser deepseek_r1`` vLLM takes the output for thinking until the model writes
-``</think>``; SmolLM2 never does, so everything it writes comes back as reasoning and none of it as
-content. paragen must see exactly that: a sample still thinking when it ended, no answer, every
-completion token a reasoning token. The same greedy request through ``generate()`` is the witness
-of what the server sent.
+The parser is ``olmo3``: vLLM's ``deepseek_r1`` and ``qwen3`` parsers need ``<think>`` and
+``</think>`` to be single tokens of the vocabulary, which SmolLM2's are not (vLLM then refuses to
+start: "could not locate think start/end tokens in the tokenizer"); ``olmo3`` finds them in the
+text and, streamed, takes the output for thinking until ``</think>``, as ``deepseek_r1`` does for
+a template that opens the thinking. SmolLM2 never writes ``</think>``, so everything it writes
+comes back as reasoning and none of it as content. paragen must see exactly that: a sample still
+thinking when it ended, no answer, every completion token a reasoning token. The same greedy
+request through ``generate()`` is the witness of what the server sent.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ QUESTION = "What is 6 times 7?"
 
 @pytest.fixture(scope="module")
 def reasoning_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    flags = ["--reasoning-parser", "deepseek_r1"]
+    flags = ["--reasoning-parser", "olmo3"]
     server = start_vllm(tmp_path_factory.mktemp("vllm-reasoning") / "server.log", flags=flags)
     yield server
     server.stop()
