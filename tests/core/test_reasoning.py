@@ -8,8 +8,10 @@ import pytest
 
 from paragen import Capabilities, Orchestrator, Problem, build_strategy, generate
 from paragen._live import LiveSample
+from paragen.backends.openai_config import OpenAIConfig
 from paragen.backends.openai_wire import ChunkParser, WireOptions, build_body
 from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.errors import ConfigError
 from paragen.reasoning import join_thinking, split_thinking
 from paragen.types import Delta, GenerateRequest, StrategyResult, Trace, Usage
 
@@ -181,3 +183,12 @@ def test_thinking_budget_goes_in_the_servers_own_field(kind: str, field: str) ->
     assert build_body(request.model_copy(update={"thinking_budget": 8}), options)[field] == 8
     body = build_body(request, WireOptions("m", "chat", kind="openai", thinking_budget=64))
     assert not {"thinking_token_budget", "thinking_budget", "thinking_budget_tokens"} & set(body)
+
+
+def test_a_thinking_budget_is_refused_against_a_server_without_one() -> None:
+    config = OpenAIConfig(base_url="http://127.0.0.1:9/v1", thinking_budgets=True)
+    for kind in ("vllm", "sglang", "llama_cpp"):
+        config.check_knobs(kind, "http://127.0.0.1:9/v1")
+    with pytest.raises(ConfigError, match="takes no thinking budget"):
+        config.check_knobs("openai", "https://api.openai.com/v1")
+    assert OpenAIConfig(base_url="http://127.0.0.1:9/v1", thinking_token_budget=0).enforces_thinking_budgets
