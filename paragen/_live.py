@@ -148,8 +148,11 @@ class LiveSample:
             split = split_thinking("".join(self._chunks), self.think_format)
             trace.text, trace.reasoning, trace.thinking = split.answer, split.reasoning, split.state
             tokens = tokens_before(split.answer_start, self._chunks, self._counts)
-        if self._server_reasoning_tokens is not None:
-            trace.reasoning_tokens, trace.reasoning_count_source = self._server_reasoning_tokens, "server"
+        server = self._server_reasoning_tokens
+        # The server's count, unless it contradicts what streamed: vLLM's text-matching parsers
+        # (olmo3) report 0 reasoning tokens for output they streamed as reasoning.
+        if server is not None and (server > 0) == (tokens > 0):
+            trace.reasoning_tokens, trace.reasoning_count_source = server, "server"
         else:
             trace.reasoning_tokens = tokens
             trace.reasoning_count_source = trace.count_source if trace.thinking != "none" else "none"

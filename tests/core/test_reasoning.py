@@ -142,6 +142,15 @@ def test_server_reported_reasoning_tokens_win_over_the_per_piece_count() -> None
     assert shared.finish(0.2).reasoning_tokens == 2
 
 
+def test_a_server_count_of_no_thinking_does_not_hide_thinking_that_streamed() -> None:
+    live = LiveSample(Trace(id=0))  # vLLM's olmo3 parser streams thinking and reports 0 of it
+    live.add(Delta(0, "", 4, reasoning="all of it thought"), 0.0)
+    live.add(Delta(0, "", 0, finish_reason="length"), 0.1)
+    live.apply_usage(Usage(prompt_tokens=5, completion_tokens=4, source="server", reasoning_tokens=0))
+    trace = live.finish(0.2)
+    assert (trace.thinking, trace.reasoning_tokens, trace.reasoning_count_source) == ("open", 4, "server")
+
+
 def _chunk(**delta: str) -> str:
     return json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
 
