@@ -128,8 +128,8 @@ class LiveSample:
     def snapshot(self) -> Trace:
         """Bring the trace (text, token count, first-token time, finish reason) up to date and return it."""
         trace = self.trace
-        self._split(trace)
         trace.completion_tokens = self._tokens
+        self._split(trace)
         trace.first_token = self._first_token
         if self._finish_reason is not None:
             trace.finish_reason = self._finish_reason
@@ -148,6 +148,8 @@ class LiveSample:
             split = split_thinking("".join(self._chunks), self.think_format)
             trace.text, trace.reasoning, trace.thinking = split.answer, split.reasoning, split.state
             tokens = tokens_before(split.answer_start, self._chunks, self._counts)
+        if trace.thinking == "open":  # still thinking at its end: every token it wrote was thinking
+            tokens = self._tokens
         server = self._server_reasoning_tokens
         # The server's count, unless it contradicts what streamed: vLLM's text-matching parsers
         # (olmo3) report 0 reasoning tokens for output they streamed as reasoning.
