@@ -29,7 +29,6 @@ class LiveSample:
 
     __slots__ = (
         "_chunks",
-        "_counts",
         "_finish_reason",
         "_first_token",
         "_reasoning_tokens",
@@ -37,6 +36,7 @@ class LiveSample:
         "_thinking",
         "_tokens",
         "_tool_pieces",
+        "_uneven",
         "group",
         "index",
         "logprobs",
@@ -56,7 +56,9 @@ class LiveSample:
         self.index = index
         self.think_format: ThinkFormat = think_format
         self._chunks: list[str] = []
-        self._counts: list[int] = []  # tokens of each chunk: how many a thinking section took
+        # Tokens of the chunks that were not one token each, by chunk index (most are one): how
+        # many tokens a thinking section split from the text took, without a list append per delta.
+        self._uneven: dict[int, int] = {}
         self._thinking: list[str] = []  # thinking the server sent apart
         self._reasoning_tokens = 0  # the tokens of the pieces that carried thinking
         self._server_reasoning_tokens: int | None = None
@@ -110,8 +112,9 @@ class LiveSample:
         # The hot path: plain slots only; the pydantic trace is brought up to date in snapshot().
         if self._first_token is None:
             self._first_token = now
+        if delta.num_tokens != 1:
+            self._uneven[len(self._chunks)] = delta.num_tokens
         self._chunks.append(delta.text)
-        self._counts.append(delta.num_tokens)
         self._tokens += delta.num_tokens
         if delta.reasoning:
             self._thinking.append(delta.reasoning)
@@ -147,7 +150,7 @@ class LiveSample:
         else:
             split = split_thinking("".join(self._chunks), self.think_format)
             trace.text, trace.reasoning, trace.thinking = split.answer, split.reasoning, split.state
-            tokens = tokens_before(split.answer_start, self._chunks, self._counts)
+            tokens = tokens_before(split.answer_start, self._chunks, self._uneven)
         if trace.thinking == "open":  # still thinking at its end: every token it wrote was thinking
             tokens = self._tokens
         server = self._server_reasoning_tokens

@@ -113,13 +113,12 @@ def whole_text(trace: Trace, fmt: ThinkFormat) -> str:
     return join_thinking(trace.reasoning, trace.text, trace.thinking, fmt if fmt in DELIMITERS else "think")
 
 
-def tokens_before(offset: int, chunks: list[str], counts: list[int]) -> int:
+def tokens_before(offset: int, chunks: list[str], uneven: dict[int, int]) -> int:
     """Tokens of the chunks that start before character ``offset`` of their joined text (the chunk
-    that holds the end of thinking counts to the thinking)."""
-    position = tokens = 0
-    for chunk, count in zip(chunks, counts, strict=True):
-        if position >= offset:
-            break
-        position += len(chunk)
-        tokens += count
-    return tokens
+    that holds the end of thinking counts to the thinking); a chunk is one token unless ``uneven``
+    (chunk index -> tokens) says otherwise."""
+    position = index = 0
+    while index < len(chunks) and position < offset:
+        position += len(chunks[index])
+        index += 1
+    return index + sum(count - 1 for at, count in uneven.items() if at < index)
