@@ -107,10 +107,13 @@ def join_thinking(reasoning: str, answer: str, state: ThinkingState, fmt: ThinkF
     return marks.open + reasoning + marks.close + answer
 
 
-def whole_text(trace: Trace, fmt: ThinkFormat) -> str:
+def whole_text(trace: Trace, fmt: ThinkFormat, *, close: bool = False) -> str:
     """A trace's output as one text, its thinking in the family's delimiters (``"<think>"`` ones where
-    the family has none but a server sent the thinking apart): what a reader of whole traces reads."""
-    return join_thinking(trace.reasoning, trace.text, trace.thinking, fmt if fmt in DELIMITERS else "think")
+    the family has none but a server sent the thinking apart): what a reader of whole traces reads.
+    With ``close``, thinking still open at the end is closed (what a forced answer continues)."""
+    fmt = fmt if fmt in DELIMITERS else "think"
+    text = join_thinking(trace.reasoning, trace.text, trace.thinking, fmt)
+    return text + DELIMITERS[fmt].close if close and trace.thinking == "open" else text
 
 
 def tokens_before(offset: int, chunks: list[str], uneven: dict[int, int]) -> int:

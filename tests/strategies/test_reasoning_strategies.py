@@ -13,6 +13,7 @@ from paragen.types import GenerateRequest, SamplingParams
 from strategies.budget_forcing import BudgetForcing
 from strategies.dynasor import Dynasor
 from strategies.nothinking import NoThinking
+from strategies.single import Single
 
 pytestmark = pytest.mark.anyio
 BUDGETED = SYNC.model_copy(update={"thinking_budget": True})
@@ -93,3 +94,18 @@ async def test_without_a_server_budget_the_request_carries_none() -> None:
         NoThinking(n=1), [Script(text="\\boxed{5}")], caps=Capabilities(continue_final=True)
     )
     assert backend.streams[0].request.thinking_budget is None and result.metrics["prefilled"] == 1.0
+
+
+async def test_the_finisher_closes_a_thought_cut_off_and_reads_its_answer() -> None:
+    def responder(request: GenerateRequest, index: int) -> Script:
+        if request.continue_final:
+            assert _prefill(request).startswith("<think> step0 step1 \\boxed{3}</think>")
+            return Script(text="7}")
+        return Script(text="<think> step0 step1 \\boxed{3} step3 step4 step5")
+
+    backend = ScriptedBackend(responder, capabilities=SYNC)
+    orch = Orchestrator(backend, defaults=SamplingParams(max_tokens=4))
+    result = await orch.run(Single(finisher=True), PROBLEM)
+    sample, finisher = samples(result)
+    assert (sample.thinking, sample.finish_reason, sample.answer) == ("open", "length", None)
+    assert finisher.thinking == "none" and result.answer == "7"  # not the box written while thinking
