@@ -1,4 +1,5 @@
-"""Pareto plots: accuracy against latency, total tokens and sequential tokens.
+"""Pareto plots: accuracy against latency, total tokens and sequential tokens (and, for runs of a
+reasoning model, thinking tokens).
 
 One point per strategy/n with its 95% CI as an error bar (runs side by side: one marker
 per run), and the Pareto frontier (no other point is both cheaper and more accurate)
@@ -40,23 +41,27 @@ AXES = (
     ("total_tokens", "total generated tokens per problem"),
     ("sequential_tokens", "sequential (critical-path) tokens per problem"),
 )
+THINKING_AXIS = ("reasoning_tokens", "thinking tokens per problem (the samples')")
 
 
 def plot_pareto(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "") -> Path:
-    """Draw the three panels for the live summary rows and save them as ``path`` (PNG)."""
+    """Draw the panels for the live summary rows and save them as ``path`` (PNG): three, and a fourth
+    of thinking tokens where some row's samples thought."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
+    panels = (*AXES, THINKING_AXIS) if any(r.get("reasoning_tokens") for r in rows) else AXES
     strategies = sorted({r["strategy"] for r in rows})
     legend_rows = -(-(len(strategies) + 2) // 8)  # the legend's rows at 8 entries a row
-    fig, axes = plt.subplots(1, len(AXES), figsize=(6 * len(AXES), 4.4 + 0.3 * legend_rows), squeeze=False)
+    size = (6 * len(panels), 4.4 + 0.3 * legend_rows)
+    fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False)
     colors = {name: plt.get_cmap("tab20")(i % 20) for i, name in enumerate(strategies)}
     folders = list(dict.fromkeys(r.get("folder", "") for r in rows))
     markers = {name: MARKERS[i % len(MARKERS)] for i, name in enumerate(folders)}
-    for ax, (key, label) in zip(axes[0], AXES, strict=True):
+    for ax, (key, label) in zip(axes[0], panels, strict=True):
         _panel(ax, rows, key, label, (colors, markers))
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[s], label=s) for s in strategies]
     if len(folders) > 1:  # runs side by side: one marker per run

@@ -30,6 +30,8 @@ _COLUMNS = (
     ("wasted tok", "wasted_tokens", "{:.0f}"),
     ("probe tok", "probe_tokens", "{:.0f}"),
     ("score tok", "score_tokens", "{:.0f}"),
+    ("think tok", "reasoning_tokens", "{:.0f}"),
+    ("answer tok", "answer_tokens", "{:.0f}"),
     ("prompt tok", "prompt_tokens", "{:.0f}"),
     ("cached", "cached_prompt_tokens", "{:.0f}"),
     ("tok/correct", "total_tokens_per_correct", "{:.0f}"),
@@ -65,11 +67,13 @@ def _cell(row: dict[str, Any], key: str | None, fmt: str) -> str:
 
 
 def table_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """The live summary; the seeds and folder columns only where some row needs them."""
+    """The live summary; the seeds, folder and thinking columns only where some row needs them."""
+    thinking = any(r.get("reasoning_tokens") for r in rows)  # a reasoning model's: think vs answer
     columns = [
         c for c in _COLUMNS
         if (c[1] != "seeds" or any(r.get("seeds", 1) > 1 for r in rows))
         and (c[1] != "folder" or any(r.get("folder") for r in rows))
+        and (c[1] not in ("reasoning_tokens", "answer_tokens") or thinking)
     ]  # fmt: skip
     header = [name for name, _, _ in columns]
     return header, [[_cell(r, key, fmt) for _, key, fmt in columns] for r in rows]

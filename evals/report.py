@@ -51,6 +51,8 @@ def problem_stats(record: EvalRecord) -> ProblemStats:
         outcome=record.grade.outcome,
         probe_tokens=usage.probe_tokens,
         score_tokens=usage.score_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        answer_tokens=usage.answer_tokens,
     )
 
 

@@ -63,4 +63,7 @@ def summarize(traces: Sequence[Trace], *, latency_s: float) -> RunUsage:
         latency_s=latency_s,
         ttft_s=min(first_tokens) if first_tokens else None,
         count_sources=sources,
+        reasoning_tokens=sum(t.reasoning_tokens for t in samples),
+        answer_tokens=sum(t.answer_tokens for t in samples),
+        num_open_thinking=sum(t.thinking == "open" for t in samples),
     )

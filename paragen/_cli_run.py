@@ -20,7 +20,7 @@ from paragen.config import Budget
 from paragen.errors import BackendError, ConfigError, invalid_fields
 from paragen.orchestrator import Orchestrator
 from paragen.strategy import Strategy
-from paragen.types import Problem, SamplingParams, StrategyResult
+from paragen.types import Problem, SamplingParams, StrategyResult, Trace
 
 
 def execute_run(
@@ -109,7 +109,7 @@ def show(result: StrategyResult, console: Console | None = None) -> None:
             str(t.id),
             t.label,
             t.status,
-            str(t.completion_tokens),
+            _tokens(t),
             f"{t.start:.3f}",
             end,
             t.answer or "",
@@ -129,5 +129,18 @@ def show(result: StrategyResult, console: Console | None = None) -> None:
         f"probes {u.num_probes} ({u.probe_tokens} tokens), scores {u.num_scores} ({u.score_tokens} tokens); "
         f"latency {u.latency_s:.3f}s, ttft {ttft}; counted by {', '.join(u.count_sources) or '-'}"
     )
+    if u.reasoning_tokens or u.num_open_thinking:
+        console.print(
+            f"thinking: {u.reasoning_tokens} tokens, answers {u.answer_tokens} tokens; "
+            f"{u.num_open_thinking} of {u.num_samples} samples ended while thinking (no answer)"
+        )
     if result.metrics:
         console.print("metrics: " + json.dumps(result.metrics))
+
+
+def _tokens(trace: Trace) -> str:
+    """A trace's generated tokens, and of them its thinking's where it thought."""
+    if trace.thinking == "none":
+        return str(trace.completion_tokens)
+    still = ", open" if trace.thinking == "open" else ""
+    return f"{trace.completion_tokens} (think {trace.reasoning_tokens}{still})"

@@ -116,9 +116,11 @@ class RunContext:
         messages: Sequence[ChatMessage | dict[str, str]] | None = None,
         n: int = 1,
         continue_final: bool = False,
+        thinking_budget: int | None = None,
         **params: Any,
     ) -> GenerateRequest:
-        """A request with the run's default sampling parameters, overridden by ``params``."""
+        """A request with the run's default sampling parameters, overridden by ``params``;
+        ``thinking_budget`` asks the server to end the thinking there (``capabilities.thinking_budget``)."""
         # The run's defaults are validated already; only overrides need validating again.
         sampling = self.defaults
         if params:
@@ -130,6 +132,7 @@ class RunContext:
             params=sampling,
             n=n,
             continue_final=continue_final,
+            thinking_budget=thinking_budget,
             # The problem, not its id alone: problems built without one all share the default id,
             # and a pool would pin all of them to one replica.
             affinity=f"{self.problem.id}\n{self.problem.question}",
@@ -346,15 +349,22 @@ class RunContext:
         return ToolSpan(self._account, label, meta)
 
     def finish(
-        self, answer: str | None, *, text: str | None = None, metrics: dict[str, float] | None = None
+        self,
+        answer: str | None,
+        *,
+        text: str | None = None,
+        reasoning: str | None = None,
+        metrics: dict[str, float] | None = None,
     ) -> StrategyResult:
-        """The strategy's result with the common accounting of its traces."""
+        """The strategy's result with the common accounting of its traces; ``reasoning`` is the
+        thinking of the sample whose answer text is ``text``."""
         traces = list(self._account.traces)
         return StrategyResult(
             strategy=self.strategy_name,
             problem_id=self.problem.id,
             answer=answer,
             text=text,
+            reasoning=reasoning or None,
             traces=traces,
             usage=summarize(traces, latency_s=self.now()),
             metrics=dict(metrics or {}),

@@ -28,6 +28,7 @@ from paragen._ledger import Account
 from paragen._live import LiveSample, Monitor, stop_sample
 from paragen.backends.base import Capabilities, CompletionStream
 from paragen.errors import BackendError
+from paragen.reasoning import ThinkFormat
 from paragen.types import GenerateRequest, Trace
 
 Job = Callable[[], Coroutine[Any, Any, None]]
@@ -150,13 +151,14 @@ class Fanout:
         """A trace per sample, filed now, and the job that will drive it."""
         jobs: list[Job] = []
         for request in requests:
+            fmt = _think_format(request, caps, self._kind)
             if request.n > 1 and caps.native_n and caps.per_choice_abort:
-                lives = [self._new_live(i) for i in range(request.n)]
+                lives = [self._new_live(i, fmt) for i in range(request.n)]
                 jobs.append(functools.partial(self._drive_group, lives, request))
                 continue
             for i in range(request.n):
                 one = request if request.n == 1 else _single(request, i)
-                live = self._new_live(0)
+                live = self._new_live(0, fmt)
                 live.scope = anyio.CancelScope()
                 jobs.append(functools.partial(self._drive_one, live, one))
         return jobs
@@ -173,9 +175,9 @@ class Fanout:
 
     # -- driving samples -------------------------------------------------------------------------
 
-    def _new_live(self, index: int) -> LiveSample:
+    def _new_live(self, index: int, fmt: ThinkFormat) -> LiveSample:
         trace = self._account.new_trace(self._label, self._kind, list(self._parents))
-        live = LiveSample(trace, index)
+        live = LiveSample(trace, index, fmt)
         self._lives.append(live)
         self._account.ledger.live[trace.id] = live
         return live
@@ -330,6 +332,22 @@ def unfinished(live: LiveSample) -> str | None:
         "reason); a llama.cpp server does so when another request arrives unless started with "
         "--interrupt_requests False"
     )
+
+
+def _think_format(request: GenerateRequest, caps: Capabilities, kind: str) -> ThinkFormat:
+    """How a sample's output is split. A probe's output is a forced answer, never split. A
+    continuation (a raw prompt, a prefilled reply) starts inside the thinking exactly when its
+    prefill left a ``<think>`` open; a fresh chat turn starts as the model family does."""
+    fmt = caps.thinking
+    if kind == "probe":
+        return "none"
+    if fmt not in ("think", "think_open"):
+        return fmt
+    messages = request.messages
+    prefill = request.prompt if messages is None else messages[-1].content if request.continue_final else None
+    if prefill is None:
+        return fmt
+    return "think_open" if prefill.rfind("<think>") > prefill.rfind("</think>") else "think"
 
 
 def _single(request: GenerateRequest, index: int) -> GenerateRequest:

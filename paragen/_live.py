@@ -9,6 +9,7 @@ import anyio
 
 from paragen._tool_calls import merge
 from paragen.backends.base import CompletionStream
+from paragen.reasoning import ThinkFormat, join_thinking, split_thinking, tokens_before
 from paragen.types import ChatMessage, Delta, FinishReason, GenerateRequest, Trace, TraceStatus, Usage
 
 Monitor = Callable[["LiveSample"], str | Awaitable[str | None] | None]
@@ -21,14 +22,21 @@ class LiveSample:
 
     A sample is stopped either through its own cancel scope (an independent request)
     or, for one choice of a shared ``n > 1`` request, by aborting that choice.
+
+    Thinking the server sent apart (``Delta.reasoning``) is kept apart; otherwise the text is
+    split by ``think_format`` (the model family's delimiters) when the trace is brought up to date.
     """
 
     __slots__ = (
         "_chunks",
         "_finish_reason",
         "_first_token",
+        "_reasoning_tokens",
+        "_server_reasoning_tokens",
+        "_thinking",
         "_tokens",
         "_tool_pieces",
+        "_uneven",
         "group",
         "index",
         "logprobs",
@@ -38,14 +46,22 @@ class LiveSample:
         "stop_reason",
         "stop_status",
         "stream",
+        "think_format",
         "top_logprobs",
         "trace",
     )
 
-    def __init__(self, trace: Trace, index: int = 0) -> None:
+    def __init__(self, trace: Trace, index: int = 0, think_format: ThinkFormat = "think") -> None:
         self.trace = trace
         self.index = index
+        self.think_format: ThinkFormat = think_format
         self._chunks: list[str] = []
+        # Tokens of the chunks that were not one token each, by chunk index (most are one): how
+        # many tokens a thinking section split from the text took, without a list append per delta.
+        self._uneven: dict[int, int] = {}
+        self._thinking: list[str] = []  # thinking the server sent apart
+        self._reasoning_tokens = 0  # the tokens of the pieces that carried thinking
+        self._server_reasoning_tokens: int | None = None
         self._tokens = 0
         self._first_token: float | None = None
         self._finish_reason: FinishReason | None = None
@@ -74,21 +90,35 @@ class LiveSample:
         return self._finish_reason is not None
 
     def text(self) -> str:
-        """The text so far (joined lazily: the hot path only appends)."""
-        return "".join(self._chunks)
+        """The raw text so far, thinking included as the model writes it (joined lazily: the hot path
+        only appends): what a continuation prefills and a monitor of the whole output reads."""
+        if not self._thinking:
+            return "".join(self._chunks)
+        answer, thinking = "".join(self._chunks), "".join(self._thinking)
+        return join_thinking(thinking, answer, "closed" if answer else "open", self.think_format)
 
     def text_since(self, start: int) -> tuple[str, int]:
-        """The text of the deltas from the ``start``-th on, and how many deltas there are now: what a
-        monitor forwarding the text as it grows reads after every delta, without joining it all."""
+        """The answer text of the deltas from the ``start``-th on, and how many deltas there are now:
+        what a monitor forwarding the text as it grows reads after every delta, without joining it all."""
         chunks = self._chunks
         return "".join(chunks[start:]), len(chunks)
+
+    def reasoning_since(self, start: int) -> tuple[str, int]:
+        """As :meth:`text_since`, for the thinking the server sent apart."""
+        thinking = self._thinking
+        return "".join(thinking[start:]), len(thinking)
 
     def add(self, delta: Delta, now: float) -> None:
         # The hot path: plain slots only; the pydantic trace is brought up to date in snapshot().
         if self._first_token is None:
             self._first_token = now
+        if delta.num_tokens != 1:
+            self._uneven[len(self._chunks)] = delta.num_tokens
         self._chunks.append(delta.text)
         self._tokens += delta.num_tokens
+        if delta.reasoning:
+            self._thinking.append(delta.reasoning)
+            self._reasoning_tokens += delta.num_tokens
         if delta.logprobs:
             self.logprobs.extend(delta.logprobs)
         if delta.top_logprobs:
@@ -101,14 +131,36 @@ class LiveSample:
     def snapshot(self) -> Trace:
         """Bring the trace (text, token count, first-token time, finish reason) up to date and return it."""
         trace = self.trace
-        trace.text = self.text()
         trace.completion_tokens = self._tokens
+        self._split(trace)
         trace.first_token = self._first_token
         if self._finish_reason is not None:
             trace.finish_reason = self._finish_reason
         if self._tool_pieces:
             trace.tool_calls = merge(self._tool_pieces)
         return trace
+
+    def _split(self, trace: Trace) -> None:
+        """Set the trace's thinking and answer parts, and the tokens the thinking took."""
+        if self._thinking:
+            trace.text = "".join(self._chunks)
+            trace.reasoning = "".join(self._thinking)
+            trace.thinking = "closed" if trace.text else "open"
+            tokens = self._reasoning_tokens
+        else:
+            split = split_thinking("".join(self._chunks), self.think_format)
+            trace.text, trace.reasoning, trace.thinking = split.answer, split.reasoning, split.state
+            tokens = tokens_before(split.answer_start, self._chunks, self._uneven)
+        if trace.thinking == "open":  # still thinking at its end: every token it wrote was thinking
+            tokens = self._tokens
+        server = self._server_reasoning_tokens
+        # The server's count, unless it contradicts what streamed: vLLM's text-matching parsers
+        # (olmo3) report 0 reasoning tokens for output they streamed as reasoning.
+        if server is not None and (server > 0) == (tokens > 0):
+            trace.reasoning_tokens, trace.reasoning_count_source = server, "server"
+        else:
+            trace.reasoning_tokens = tokens
+            trace.reasoning_count_source = trace.count_source if trace.thinking != "none" else "none"
 
     def apply_usage(self, usage: Usage, *, choices: int = 1) -> int:
         """Take the backend's counts; returns how many completion tokens the server count adds.
@@ -128,6 +180,8 @@ class LiveSample:
             trace.cached_prompt_tokens = cached
         hedged = self._take_hedges(usage) if self.index == 0 else 0  # a request's hedges: its first choice's
         shared = choices > 1
+        if usage.reasoning_tokens is not None and not shared and usage.source == "server":
+            self._server_reasoning_tokens = usage.reasoning_tokens  # not per choice when shared
         if usage.source == "server" and not shared and usage.completion_tokens >= self._tokens:
             extra = usage.completion_tokens - self._tokens
             self._tokens = usage.completion_tokens
@@ -173,7 +227,8 @@ def continuation(live: LiveSample, suffix: str, **params: Any) -> GenerateReques
     """A request continuing ``live``'s text so far followed by ``suffix`` (one choice, ``params`` set).
 
     Chat requests get the text as a prefilled assistant reply (``continue_final``), appended to
-    the one the sample was already continuing; raw prompts get it appended.
+    the one the sample was already continuing; raw prompts get it appended. The text is the raw
+    one, thinking included in the family's delimiters: a sample stopped mid-thought goes on thinking.
     """
     request = live.request
     if request is None:

@@ -19,6 +19,9 @@ FinishReason = Literal["stop", "length", "abort", "error", "tool_calls", "repeti
 TraceStatus = Literal["ok", "cancelled", "pruned", "error"]
 TraceKind = Literal["sample", "judge", "tool", "probe", "score"]
 CountSource = Literal["server", "token_ids", "tokenizer", "estimate", "none"]
+# Whether a sample's text had no thinking section, a finished one, or one still open at its end
+# (cut off while thinking: no answer). See paragen.reasoning.
+ThinkingState = Literal["none", "closed", "open"]
 
 _request_ids = itertools.count()
 
@@ -116,6 +119,8 @@ class GenerateRequest(Model):
     one replica and its prefix cache serves them. ``hedge_after_s`` overrides the backend's
     hedging for this request (a pool sends it to a second replica when no token came within
     that many seconds; 0 at once, ``inf`` never; None: the backend's ``hedge_after_s``).
+    ``thinking_budget`` asks the server to end the sample's thinking after that many tokens
+    (taken where ``capabilities.thinking_budget`` says so; other backends ignore it).
     """
 
     prompt: str | None = None
@@ -126,6 +131,7 @@ class GenerateRequest(Model):
     affinity: str | None = None
     tools: ToolOptions | None = None  # function calling (chat only); the reply may be tool calls
     hedge_after_s: float | None = Field(default=None, ge=0)
+    thinking_budget: int | None = Field(default=None, ge=0)
     request_id: str = Field(default_factory=lambda: f"pg-{next(_request_ids)}")
 
     @model_validator(mode="after")
@@ -162,6 +168,8 @@ class Delta:
     The last delta of a choice carries its ``finish_reason``. ``tool_calls`` are pieces of
     function calls as OpenAI streams them (``{"index", "id", "type", "function": {"name",
     "arguments"}}``, arguments in pieces); :func:`paragen._tool_calls.merge` joins them.
+    ``reasoning`` is thinking text the server sent apart from the answer (its reasoning parser's
+    ``reasoning`` / ``reasoning_content``); a piece's tokens are the thinking's when it has some.
     """
 
     index: int
@@ -172,6 +180,7 @@ class Delta:
     top_logprobs: tuple[tuple[float, ...], ...] | None = None
     finish_reason: FinishReason | None = None
     tool_calls: tuple[dict[str, Any], ...] | None = None
+    reasoning: str = ""
 
 
 class Usage(Model):
@@ -179,7 +188,9 @@ class Usage(Model):
 
     ``hedges`` is how many hedged copies of the request were sent to other replicas, and
     ``hedged_tokens`` the completion tokens the losing copies streamed before they were
-    closed (not part of ``completion_tokens``, which are the winner's).
+    closed (not part of ``completion_tokens``, which are the winner's). ``reasoning_tokens`` is
+    the server's count of the completion tokens spent thinking
+    (``usage.completion_tokens_details.reasoning_tokens``), None where it reports none.
     """
 
     prompt_tokens: int = 0
@@ -188,10 +199,12 @@ class Usage(Model):
     source: CountSource = "none"
     hedges: int = 0
     hedged_tokens: int = 0
+    reasoning_tokens: int | None = None
 
 
 class Completion(Model):
-    """One finished choice as a backend produced it (what ``generate()`` returns)."""
+    """One finished choice as a backend produced it (what ``generate()`` returns); ``reasoning`` is
+    the thinking a server sent apart from ``text`` (empty where it sent none)."""
 
     index: int = 0
     text: str
@@ -201,6 +214,7 @@ class Completion(Model):
     logprobs: list[float] | None = None
     top_logprobs: list[list[float]] | None = None
     tool_calls: list[dict[str, Any]] | None = None  # whole calls, OpenAI's message format
+    reasoning: str = ""
 
 
 class Trace(Model):
@@ -208,6 +222,12 @@ class Trace(Model):
 
     Times are seconds on the run's monotonic clock (0 = the run's start). A cancelled
     or pruned trace keeps the text and tokens it had produced up to that moment.
+
+    A reasoning model's output is kept in two parts: ``reasoning`` (its thinking, delimiters
+    dropped) and ``text`` (its answer: what followed the thinking, the whole output when it had
+    no thinking section, empty when it was cut off while thinking). ``thinking`` says which of
+    those it was. ``reasoning_tokens`` of the ``completion_tokens`` were thinking, counted as
+    ``reasoning_count_source`` says ("server": the server's usage; else per streamed piece).
     """
 
     id: int
@@ -236,6 +256,15 @@ class Trace(Model):
     # A verifier's scores of this sample's steps (search strategies set them), so the eval bank can
     # re-score weighted best-of-N offline; the score traces themselves are kind "score".
     scores: list[float] | None = None
+    reasoning: str = ""
+    thinking: ThinkingState = "none"
+    reasoning_tokens: int = 0
+    reasoning_count_source: CountSource = "none"
+
+    @property
+    def answer_tokens(self) -> int:
+        """The completion tokens that were not thinking."""
+        return max(0, self.completion_tokens - self.reasoning_tokens)
 
     @property
     def is_ok(self) -> bool:
@@ -261,6 +290,9 @@ class RunUsage(Model):
     A verifier's work (kind "score": a reward model's call, or the generator asked whether a
     step is correct) is counted apart as well: ``score_tokens`` are the tokens it read and wrote
     (prompt and completion), ``num_scores`` its calls; its time is in the latency like any wait.
+    ``reasoning_tokens`` and ``answer_tokens`` split the samples' completion tokens into thinking
+    and answer (they sum to ``total_tokens`` less ``hedged_tokens``); ``num_open_thinking`` samples
+    ended while still thinking (no answer).
     """
 
     total_tokens: int = 0
@@ -281,6 +313,9 @@ class RunUsage(Model):
     latency_s: float = 0.0
     ttft_s: float | None = None
     count_sources: list[CountSource] = Field(default_factory=list)
+    reasoning_tokens: int = 0
+    answer_tokens: int = 0
+    num_open_thinking: int = 0
 
 
 class StrategyResult(Model):
@@ -290,6 +325,7 @@ class StrategyResult(Model):
     problem_id: str
     answer: str | None
     text: str | None = None
+    reasoning: str | None = None  # the thinking of the sample whose text is ``text``, where it had some
     stop_reason: Literal["done", "deadline", "budget", "error"] = "done"
     error: str | None = None
     traces: list[Trace] = Field(default_factory=list)

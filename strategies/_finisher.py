@@ -14,6 +14,7 @@ from pydantic import Field
 
 from paragen import RunContext, StrategyConfig
 from paragen.answers import last_boxed
+from paragen.reasoning import whole_text
 from paragen.types import ChatMessage, Trace
 from strategies._hogwild_prompts import HogwildPrompts, finisher_answer
 
@@ -46,8 +47,11 @@ async def run_finisher(
     ctx: RunContext, messages: Sequence[ChatMessage], trace: Trace, max_tokens: int
 ) -> Trace:
     """Continue ``trace``'s text with the finisher prompt, greedily; the finisher's answer is returned
-    on its trace (its tokens are counted like any sample's; it follows ``trace`` on the critical path)."""
-    reply = ChatMessage(role="assistant", content=trace.text + FINISHER_TEXT)
+    on its trace (its tokens are counted like any sample's; it follows ``trace`` on the critical path).
+    A reasoning model's sample goes on from its whole output, its thinking included (and closed, if
+    it was cut off while thinking: the finisher writes the answer, after the thinking)."""
+    so_far = whole_text(trace, ctx.capabilities.thinking, close=True)
+    reply = ChatMessage(role="assistant", content=so_far + FINISHER_TEXT)
     request = ctx.request(
         messages=[*messages, reply], continue_final=True, temperature=0.0, max_tokens=max_tokens
     )

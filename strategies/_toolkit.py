@@ -49,10 +49,11 @@ def vote_finish(
     """Majority (optionally weighted) vote over ``traces``' answers; text = the first trace giving it."""
     answers = [t.answer for t in traces]
     winner = majority_vote(answers, weights)
-    text = next((t.text for t in traces if t.answer == winner), None) if winner is not None else None
+    chosen = next((t for t in traces if t.answer == winner), None) if winner is not None else None
     counts = vote_counts(answers)
     found = {  # the winner's own count: under a weighted vote it need not be the most frequent
         "votes_for_winner": float(counts.get(answer_key(winner), 0) if winner is not None else 0),
         "distinct_answers": float(len(counts)),
     }
-    return ctx.finish(winner, text=text, metrics={**found, **(metrics or {})})
+    text, reasoning = (None, None) if chosen is None else (chosen.text, chosen.reasoning)
+    return ctx.finish(winner, text=text, reasoning=reasoning, metrics={**found, **(metrics or {})})

@@ -85,4 +85,5 @@ class BestOfN(BaseStrategy[BestOfNConfig]):
         if not candidates:
             return ctx.finish(None)
         score, _, best = max(candidates, key=lambda c: (c[0], c[1]))
-        return ctx.finish(best.answer, text=best.text, metrics={"best_score": score})
+        metrics = {"best_score": score}
+        return ctx.finish(best.answer, text=best.text, reasoning=best.reasoning, metrics=metrics)

@@ -7,6 +7,13 @@ force the answer with ``answer_cue``. ``extend``: when the model ends its thinki
 Each continuation is a new call that prefills the assistant turn with everything so far, so
 the backend must continue a prefilled message (``capabilities.continue_final``): the engine,
 or vLLM / SGLang on their chat endpoint; a completions-only endpoint cannot.
+
+``cap`` on a backend whose server enforces thinking budgets (``capabilities.thinking_budget``:
+vLLM's ``thinking_token_budget``, SGLang's strict thinking) is one request: the server ends the
+thinking at ``think_tokens`` and the model answers in the same sample, within ``answer_tokens``.
+Continuations prefill the raw text so far, thinking delimiters included, so a model split by
+its server or by paragen goes on thinking where it stopped. The answer is read from what follows
+the thinking: a ``\boxed{}`` written while thinking never counts.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from pydantic import Field
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, extract_answer
 from paragen.prompts import solve_messages
+from paragen.reasoning import DELIMITERS, ThinkFormat, join_thinking
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
 
 
@@ -45,24 +53,41 @@ class BudgetForcing(BaseStrategy[BudgetForcingConfig]):
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         cfg = self.config
+        if cfg.mode == "cap" and ctx.capabilities.thinking_budget:
+            return await self._server_cap(ctx, problem)
         ctx.require_continuation("budget forcing needs a backend that continues a prefilled reply")
+        fmt = ctx.capabilities.thinking
         text, used, waits, last = cfg.think_open, 0, 0, None
         while True:
             trace = await ctx.sample(
                 self._request(ctx, problem, text, cfg.think_tokens - used), label="think", parents=_ids(last)
             )
-            text, used, last = text + trace.text, used + trace.completion_tokens, trace
+            text, used, last = text + _written(trace, text, fmt), used + trace.completion_tokens, trace
             if not trace.is_ok or trace.is_truncated or used >= cfg.think_tokens:
                 break
             if cfg.mode == "extend" and waits < cfg.waits:
                 text, waits = f"{text}\n{cfg.wait_word}", waits + 1
                 continue
-            found = extract_answer(text, cfg.extract)
+            # A sample with no thinking section answered in its text; one still thinking is forced.
+            found = extract_answer(text, cfg.extract) if trace.thinking == "none" else None
             if found is not None:  # it finished thinking and answered within budget
                 return ctx.finish(found, text=text, metrics={"waits": float(waits), "forced": 0.0})
             break
         answer, text = await self._force(ctx, problem, text, last)
         return ctx.finish(answer, text=text, metrics={"waits": float(waits), "forced": 1.0})
+
+    async def _server_cap(self, ctx: RunContext, problem: Problem) -> StrategyResult:
+        """One sample whose thinking the server ends at the budget; its answer follows in the same sample."""
+        cfg = self.config
+        params: dict[str, Any] = {"max_tokens": cfg.think_tokens + cfg.answer_tokens}
+        if cfg.temperature is not None:
+            params["temperature"] = cfg.temperature
+        messages = solve_messages(problem.question)
+        request = ctx.request(messages=messages, thinking_budget=cfg.think_tokens, **params)
+        trace = await ctx.sample(request, label="think")
+        answer = extract_answer(trace.text, cfg.extract) if trace.is_ok else None
+        metrics = {"waits": 0.0, "forced": float(trace.reasoning_tokens >= cfg.think_tokens), "server": 1.0}
+        return ctx.finish(answer, text=trace.text, reasoning=trace.reasoning, metrics=metrics)
 
     async def _force(
         self, ctx: RunContext, problem: Problem, text: str, last: Trace | None
@@ -92,6 +117,19 @@ class BudgetForcing(BaseStrategy[BudgetForcingConfig]):
             return ctx.request(messages=messages, **params)
         messages.append(ChatMessage(role="assistant", content=so_far))
         return ctx.request(messages=messages, continue_final=True, **params)
+
+
+def _written(trace: Trace, so_far: str, fmt: ThinkFormat) -> str:
+    """The raw text a think step wrote, delimiters included: what the next continuation prefills.
+    The opener is written once: where the prefill so far left none open, the step opened it."""
+    if trace.thinking == "none":
+        return trace.text
+    fmt = fmt if fmt in DELIMITERS else "think"  # a server's split, written back as <think> does
+    raw = join_thinking(trace.reasoning, trace.text, trace.thinking, fmt)
+    marks = DELIMITERS[fmt]
+    opened = so_far.rfind(marks.open) > so_far.rfind(marks.close)
+    opener = marks.open
+    return raw.removeprefix(opener) if opened else raw
 
 
 def _ids(trace: Trace | None) -> list[int]:

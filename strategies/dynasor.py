@@ -13,7 +13,14 @@ Dynasor composed with majority voting. docs/faithfulness.md compares each decisi
 hao-ai-lab/Dynasor's ``dynasor/cot.py``.
 
 Probes go through ``ctx.probe``: traces of kind "probe", counted as ``probe_tokens`` apart from
-the samples' tokens, each a continuation of its sample's prefix (see RunContext.probe).
+the samples' tokens, each a continuation of its sample's prefix (see RunContext.probe). The
+prefix is the sample's raw text, its thinking included: a reasoning model is probed mid-thought,
+as the reference probes the thinking of DeepSeek-R1 distills.
+
+``thinking_tokens`` bounds each sample's thinking: on a backend whose server enforces thinking
+budgets (``capabilities.thinking_budget``) the server ends the thinking there and the sample
+answers; elsewhere a sample still thinking at that many tokens is probed once more and stops
+with that probe's answer (status "ok", ``cancel_reason`` "thinking budget").
 """
 
 from __future__ import annotations
@@ -51,6 +58,9 @@ class DynasorConfig(StrategyConfig):
     probe_top_p: float | None = Field(default=0.95, gt=0, le=1, description="None = the sample's own")
     temperature: float | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, gt=0, description="per sample; None = run default")
+    thinking_tokens: int | None = Field(
+        default=None, gt=0, description="thinking budget per sample (the server's where it has one)"
+    )
     extract: ExtractMode = "auto"
 
     @model_validator(mode="after")
@@ -98,6 +108,7 @@ class _Watch:
     next_at: int
     answers: list[str | None] = field(default_factory=list)
     settled: str | None = None
+    budget_answer: str | None = None  # the last probe's, for a sample stopped at its thinking budget
 
 
 class Dynasor(BaseStrategy[DynasorConfig]):
@@ -128,6 +139,8 @@ class Dynasor(BaseStrategy[DynasorConfig]):
         """One request per sample (each probed in its own task), with distinct seeds if the run has one."""
         cfg = self.config
         params = overrides(cfg.temperature, None, cfg.max_tokens)
+        if cfg.thinking_tokens is not None and ctx.capabilities.thinking_budget:
+            params["thinking_budget"] = cfg.thinking_tokens
         seed = ctx.defaults.seed
         return [
             solve_request(ctx, problem.question, **params, **({} if seed is None else {"seed": seed + i}))
@@ -136,10 +149,32 @@ class Dynasor(BaseStrategy[DynasorConfig]):
 
     async def _watch(self, ctx: RunContext, live: LiveSample, watch: _Watch) -> None:
         cfg = self.config
-        if live.num_tokens < watch.next_at or live.finished or watch.settled is not None:
+        if live.finished or watch.settled is not None:
             return
+        if self._over_thinking_budget(ctx, live):
+            watch.budget_answer = await self._probe(ctx, live, watch)
+            await ctx.conclude(live, "thinking budget")
+            return
+        if live.num_tokens < watch.next_at:
+            return
+        watch.next_at = live.num_tokens + cfg.interval
+        await self._probe(ctx, live, watch)
+        agreed = settled(watch.answers, cfg.agree)
+        if agreed is not None:
+            watch.settled = agreed
+            await ctx.conclude(live, "certain")
+
+    def _over_thinking_budget(self, ctx: RunContext, live: LiveSample) -> bool:
+        """The client-side thinking budget: a sample still thinking at ``thinking_tokens`` tokens."""
+        budget = self.config.thinking_tokens
+        if budget is None or ctx.capabilities.thinking_budget or live.num_tokens < budget:
+            return False
+        return live.snapshot().thinking == "open"
+
+    async def _probe(self, ctx: RunContext, live: LiveSample, watch: _Watch) -> str | None:
+        """Probe the sample now; its answer (None: it hesitated or gave none) is added to ``watch``."""
+        cfg = self.config
         at = live.num_tokens
-        watch.next_at = at + cfg.interval
         params: dict[str, Any] = {"stop": ()}
         if cfg.probe_temperature is not None:
             params["temperature"] = cfg.probe_temperature
@@ -151,10 +186,7 @@ class Dynasor(BaseStrategy[DynasorConfig]):
         probe.meta["at"] = at
         watch.answers.append(answer)
         ctx.emit("dynasor probe", sample=live.trace.id, at=at, answer=answer)
-        agreed = settled(watch.answers, cfg.agree)
-        if agreed is not None:
-            watch.settled = agreed
-            await ctx.conclude(live, "certain")
+        return answer
 
     def probe_answer(self, text: str) -> str | None:
         """The answer a probe's continuation gives, or None if it hesitates or gives none."""
@@ -166,6 +198,10 @@ class Dynasor(BaseStrategy[DynasorConfig]):
     def _answered(self, trace: Trace, watch: _Watch | None) -> Trace:
         if watch is not None and watch.settled is not None and trace.cancel_reason == "certain":
             trace.answer = watch.settled
+            trace.meta["probe_answers"] = watch.answers
+            return trace
+        if watch is not None and trace.cancel_reason == "thinking budget":
+            trace.answer = watch.budget_answer
             trace.meta["probe_answers"] = watch.answers
             return trace
         return annotate(trace, self.config.extract)

@@ -1,9 +1,11 @@
 """NoThinking + parallel (Ma et al., arXiv 2504.09858): skip thinking, sample short answers, vote.
 
 The assistant turn is prefilled with an already-closed thinking block, so a reasoning model
-answers at once; n such answers are sampled in parallel and majority-voted. Needs a backend
-that can continue a prefilled assistant message (``capabilities.continue_final``); without
-it the strategy falls back to an instruction asking for the answer directly, and says so.
+answers at once; n such answers are sampled in parallel and majority-voted. On a backend whose
+server enforces thinking budgets (``capabilities.thinking_budget``) the requests ask for a budget
+of 0 instead: the server closes the thinking itself, in the model's own words. Otherwise it needs
+a backend that can continue a prefilled assistant message (``capabilities.continue_final``);
+without it the strategy falls back to an instruction asking for the answer directly, and says so.
 """
 
 from __future__ import annotations
@@ -41,13 +43,16 @@ class NoThinking(BaseStrategy[NoThinkingConfig]):
         async with ctx.fanout(request, n=cfg.n, label="answer") as fan:
             async for trace in fan:
                 finished.append(annotate(trace, cfg.extract))
-        prefilled = float(request.continue_final)
-        return vote_finish(ctx, finished, metrics={"prefilled": prefilled})
+        server_budget = float(request.thinking_budget == 0)
+        metrics = {"prefilled": float(request.continue_final), "server_budget": server_budget}
+        return vote_finish(ctx, finished, metrics=metrics)
 
     def _request(self, ctx: RunContext, problem: Problem) -> GenerateRequest:
         cfg = self.config
         params = overrides(cfg.temperature, None, cfg.max_tokens)
         messages = solve_messages(problem.question)
+        if ctx.capabilities.thinking_budget:
+            return ctx.request(messages=messages, thinking_budget=0, **params)
         if ctx.capabilities.continue_final:
             messages.append(ChatMessage(role="assistant", content=cfg.prefill))
             return ctx.request(messages=messages, continue_final=True, **params)

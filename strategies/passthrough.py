@@ -19,9 +19,11 @@ from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult,
 
 
 class _Growing(Protocol):
-    """What the fan-out monitor is handed: a running sample whose new text can be read."""
+    """What the fan-out monitor is handed: a running sample whose new text (and thinking) can be read."""
 
     def text_since(self, start: int) -> tuple[str, int]: ...
+
+    def reasoning_since(self, start: int) -> tuple[str, int]: ...
 
 
 class Passthrough(BaseStrategy[StrategyConfig]):
@@ -36,6 +38,7 @@ class Passthrough(BaseStrategy[StrategyConfig]):
         messages: Sequence[ChatMessage] | None = None,
         prompt: str | None = None,
         on_text: TextSink | None = None,
+        on_reasoning: TextSink | None = None,
         tools: ToolOptions | None = None,
         **overrides: Any,
     ) -> None:
@@ -44,8 +47,10 @@ class Passthrough(BaseStrategy[StrategyConfig]):
         self.messages = messages
         self.prompt = prompt
         self.on_text = on_text
+        self.on_reasoning = on_reasoning  # thinking the server sent apart, as it streams
         self._sent = 0  # characters forwarded
         self._deltas_sent = 0  # deltas forwarded (the monitor reads only the new ones)
+        self._thoughts_sent = 0  # pieces of thinking forwarded
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         messages = self.messages
@@ -58,7 +63,7 @@ class Passthrough(BaseStrategy[StrategyConfig]):
             trace = await ctx.sample(request)
         else:
             trace = await self._streamed(request, ctx)
-        result = ctx.finish(None, text=trace.text)
+        result = ctx.finish(None, text=trace.text, reasoning=trace.reasoning)
         result.tool_calls = trace.tool_calls  # the backend's, unchanged
         return result
 
@@ -70,6 +75,10 @@ class Passthrough(BaseStrategy[StrategyConfig]):
         raise AssertionError("a fan-out of one ended without its trace")
 
     def _forward(self, live: _Growing) -> None:
+        if self.on_reasoning is not None:
+            thought, self._thoughts_sent = live.reasoning_since(self._thoughts_sent)
+            if thought:
+                self.on_reasoning(thought)
         text, self._deltas_sent = live.text_since(self._deltas_sent)
         if text and self.on_text is not None:
             self.on_text(text)

@@ -35,4 +35,4 @@ class Single(BaseStrategy[SingleConfig]):
             finished = await run_finisher(ctx, messages, trace, self.config.finisher_tokens)
             return ctx.finish(finished.answer, text=trace.text + FINISHER_TEXT + finished.text)
         trace.answer = extract_answer(trace.text) if trace.is_ok else None
-        return ctx.finish(trace.answer, text=trace.text)
+        return ctx.finish(trace.answer, text=trace.text, reasoning=trace.reasoning)

@@ -34,6 +34,7 @@ from paragen._tool_calls import merge
 from paragen.engine.hogwild.types import SharedRow as SharedRow
 from paragen.engine.hogwild.types import SharedSample as SharedSample
 from paragen.errors import ConfigError
+from paragen.reasoning import ThinkFormat
 from paragen.types import Completion, Delta, GenerateRequest, SamplingParams, Usage
 
 
@@ -54,6 +55,12 @@ class Capabilities(BaseModel):
     tools: bool = False  # takes function calling (GenerateRequest.tools) and streams tool calls
     tokenizer: bool = False  # count_tokens() is exact (else it estimates)
     fork: bool = False  # fork(stream, index, num_tokens, suffix, request): a probe from a live KV cache
+    # How the model marks its thinking in its text, split client-side where the server does not
+    # send it apart (see paragen.reasoning); "none" keeps the whole text as the answer.
+    thinking: ThinkFormat = "think"
+    # Every request carries a server-side thinking budget (vLLM's thinking_token_budget): the
+    # server ends the thinking itself, so strategies need not force it client-side.
+    thinking_budget: bool = False
 
 
 @runtime_checkable
@@ -185,10 +192,11 @@ async def generate(backend: Backend, request: GenerateRequest) -> list[Completio
 
 
 class _Accumulator:
-    __slots__ = ("finish", "ids", "logprobs", "num_tokens", "texts", "tool_pieces", "tops")
+    __slots__ = ("finish", "ids", "logprobs", "num_tokens", "texts", "thinking", "tool_pieces", "tops")
 
     def __init__(self) -> None:
         self.texts: list[str] = []
+        self.thinking: list[str] = []
         self.ids: list[int] | None = []
         self.logprobs: list[float] | None = []
         self.tops: list[list[float]] | None = []
@@ -198,6 +206,8 @@ class _Accumulator:
 
     def add(self, delta: Delta) -> None:
         self.texts.append(delta.text)
+        if delta.reasoning:
+            self.thinking.append(delta.reasoning)
         self.num_tokens += delta.num_tokens
         self.ids = None if self.ids is None or delta.token_ids is None else [*self.ids, *delta.token_ids]
         if self.logprobs is not None:
@@ -220,4 +230,5 @@ class _Accumulator:
             logprobs=self.logprobs or None,
             top_logprobs=self.tops or None,
             tool_calls=merge(self.tool_pieces) if self.tool_pieces else None,
+            reasoning="".join(self.thinking),
         )

@@ -32,7 +32,7 @@ from paragen.backends.base import Capabilities, estimate_tokens
 from paragen.backends.openai_config import OpenAIConfig, ServerInfo
 from paragen.backends.openai_http import map_http_errors, raise_for_status
 from paragen.backends.openai_stream import StreamContext
-from paragen.backends.openai_wire import Endpoint, ServerKind
+from paragen.backends.openai_wire import THINKING_BUDGET_FIELD, Endpoint, ServerKind
 from paragen.backends.pool import Pool, Replica
 from paragen.errors import BackendError, BackendProtocolError, ConfigError, build_config
 from paragen.types import GenerateRequest
@@ -110,6 +110,8 @@ class OpenAIBackend:
             continue_final=endpoint != "completions" and kind in ("vllm", "sglang"),
             tokenizer=kind in _TOKENIZE,
             tools=endpoint != "completions",
+            thinking=self.config.thinking,
+            thinking_budget=self.config.enforces_thinking_budgets and kind in THINKING_BUDGET_FIELD,
         )
 
     async def open(self) -> Capabilities:

@@ -9,9 +9,10 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from paragen.backends.openai_wire import ServerKind
+from paragen.backends.openai_wire import THINKING_BUDGET_FIELD, ServerKind
 from paragen.config import RepetitionDetection, move_url_credentials
 from paragen.errors import ConfigError
+from paragen.reasoning import ThinkFormat
 from paragen.types import Model
 
 
@@ -44,6 +45,16 @@ class OpenAIConfig(Model):
     priority: int | None = None
     repetition_detection: RepetitionDetection | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)  # server extras: ignore_eos, min_p, ...
+    # How the model marks its thinking in its text where the server does not send it apart
+    # (see paragen.reasoning); "none": the whole text is the answer.
+    thinking: ThinkFormat = "think"
+    # The server enforces per-request thinking budgets (vLLM started with --reasoning-config, SGLang
+    # with --enable-strict-thinking, llama-server): strategies then ask it for theirs
+    # (capabilities.thinking_budget) instead of forcing the end of thinking themselves.
+    thinking_budgets: bool = False
+    # A thinking budget sent on every request that sets none, in the server's own field
+    # (THINKING_BUDGET_FIELD); setting it says the server enforces budgets.
+    thinking_token_budget: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -75,11 +86,21 @@ class OpenAIConfig(Model):
                 f"repetition_detection is vLLM's, and {url} is a {kind} server",
                 hint="drop the option, or set server='vllm' if it is vLLM behind a proxy",
             )
+        if self.enforces_thinking_budgets and kind not in THINKING_BUDGET_FIELD:
+            raise ConfigError(
+                f"{url} is a {kind} server, which takes no thinking budget",
+                hint="drop thinking_budgets and thinking_token_budget, or set server= to the kind it is",
+            )
         if self.priority is not None and kind not in ("vllm", "sglang"):
             raise ConfigError(
                 f"priority is taken by vLLM and SGLang, and {url} is a {kind} server",
                 hint="drop the option, or set server= to the kind it is",
             )
+
+    @property
+    def enforces_thinking_budgets(self) -> bool:
+        """The servers take a thinking budget per request (see ``thinking_budgets``)."""
+        return self.thinking_budgets or self.thinking_token_budget is not None
 
     def resolved_key(self) -> str | None:
         if self.api_key is not None:

@@ -223,10 +223,15 @@ class HTTPStream:
             raise ConfigError(f"{replica.url} does not accept n > 1", hint=hint)
         endpoint = self._backend.endpoint_for(request)
         rid = f"{request.request_id}-{uuid.uuid4().hex[:8]}" if info.kind == "sglang" else None
-        options = WireOptions(
-            info.model, endpoint, kind=info.kind, continuous_usage=info.continuous_usage, rid=rid
-        )
         config = self._backend.config
+        options = WireOptions(
+            info.model,
+            endpoint,
+            kind=info.kind,
+            continuous_usage=info.continuous_usage,
+            rid=rid,
+            thinking_budget=config.thinking_token_budget,
+        )
         body = {**build_body(request, options), **config.server_knobs(), **config.extra_body}
         if not self._num_seen:
             usage.prompt_tokens, usage.completion_tokens, usage.source = 0, 0, "none"

@@ -31,6 +31,15 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
+# The request field of each server's thinking budget (the most tokens a sample may think before
+# the server ends its thinking); OpenAI's own API has none.
+THINKING_BUDGET_FIELD: dict[ServerKind, str] = {
+    "vllm": "thinking_token_budget",  # needs the server's --reasoning-parser and --reasoning-config
+    "sglang": "thinking_budget",  # enforced with the server's --enable-strict-thinking
+    "llama_cpp": "thinking_budget_tokens",  # llama-server's per-request cap (--reasoning-budget)
+}
+
+
 @dataclass(frozen=True, slots=True)
 class WireOptions:
     """What the probe learnt about a server that changes the body we send."""
@@ -41,6 +50,7 @@ class WireOptions:
     kind: ServerKind = "openai"
     continuous_usage: bool = False  # vLLM: usage on every chunk, so counts are live and exact
     rid: str | None = None  # SGLang: client-chosen request id, so /abort_request can name it
+    thinking_budget: int | None = None  # the backend's default, for requests that set none
 
 
 def build_body(request: GenerateRequest, options: WireOptions) -> dict[str, Any]:
@@ -75,6 +85,9 @@ def build_body(request: GenerateRequest, options: WireOptions) -> dict[str, Any]
     body["stream_options"] = stream_options
     if options.rid is not None:
         body["rid"] = options.rid
+    budget = options.thinking_budget if request.thinking_budget is None else request.thinking_budget
+    if budget is not None and options.kind in THINKING_BUDGET_FIELD:
+        body[THINKING_BUDGET_FIELD[options.kind]] = budget
     return body
 
 
@@ -123,10 +136,15 @@ class _PromptDetails(_Lenient):
     cached_tokens: int | None = None
 
 
+class _CompletionDetails(_Lenient):
+    reasoning_tokens: int | None = None
+
+
 class _Usage(_Lenient):
     prompt_tokens: int | None = None
     completion_tokens: int = 0
     prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
 
 
 class _CompletionLogprobs(_Lenient):
@@ -150,6 +168,10 @@ class _ChatLogprobs(_Lenient):
 class _ChatDelta(_Lenient):
     content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    # Thinking a server's reasoning parser sent apart: vLLM's field since late 2025, and the one
+    # older vLLM, SGLang, llama.cpp and DeepSeek's API send.
+    reasoning: str | None = None
+    reasoning_content: str | None = None
 
 
 class _Choice(_Lenient):
@@ -207,13 +229,13 @@ class ChunkParser:
             self._take_final(chunk.usage)
         elif chunk.usage is not None:
             self._take_prompt(chunk.usage)
-        return [d for d in deltas if d.text or d.num_tokens or d.finish_reason or d.tool_calls]
+        return [d for d in deltas if d.text or d.num_tokens or d.finish_reason or d.tool_calls or d.reasoning]
 
     def _delta(self, choice: _Choice, usage: _Usage | None) -> Delta:
-        text = choice.text if choice.delta is None else (choice.delta.content or "")
-        calls = (
-            None if choice.delta is None or not choice.delta.tool_calls else tuple(choice.delta.tool_calls)
-        )
+        delta = choice.delta
+        text = choice.text if delta is None else (delta.content or "")
+        calls = None if delta is None or not delta.tool_calls else tuple(delta.tool_calls)
+        reasoning = "" if delta is None else (delta.reasoning or delta.reasoning_content or "")
         logprobs, tops = _logprobs(choice.logprobs)
         counted = self._counted.get(choice.index, 0)
         if usage is not None:
@@ -223,7 +245,7 @@ class ChunkParser:
         elif logprobs is not None:
             num_tokens, source = len(logprobs), "token_ids"
         else:
-            num_tokens, source = (1 if text or calls else 0), "estimate"
+            num_tokens, source = (1 if text or calls or reasoning else 0), "estimate"
         self._counted[choice.index] = counted + num_tokens
         finish = None
         if choice.finish_reason is not None:
@@ -238,6 +260,7 @@ class ChunkParser:
             top_logprobs=tops,
             finish_reason=finish,
             tool_calls=calls,
+            reasoning=reasoning,
         )
 
     def _count(self, num_tokens: int, source: str) -> None:
@@ -273,6 +296,10 @@ class ChunkParser:
         self._take_prompt(usage)
         self.usage.completion_tokens = (self.base or Usage()).completion_tokens + usage.completion_tokens
         self.usage.source = "server"
+        details = usage.completion_tokens_details
+        if details is not None and details.reasoning_tokens is not None:
+            before = (self.base or Usage()).reasoning_tokens or 0
+            self.usage.reasoning_tokens = before + details.reasoning_tokens
         self._final = True
 
 

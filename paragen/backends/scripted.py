@@ -55,6 +55,9 @@ class Script(Model):
     # Function calls sent after the text, one piece each (OpenAI's format, with "function": {...});
     # the choice then finishes with "tool_calls".
     tool_calls: list[dict[str, Any]] | None = None
+    # Thinking sent apart before the text, as a server with a reasoning parser sends it
+    # (Delta.reasoning), as word tokens like the text.
+    reasoning: str = ""
 
 
 Responder = Callable[[GenerateRequest, int], "Script | str"]
@@ -172,6 +175,10 @@ class _ScriptedStream:
         self._coalesce = coalesce
         self._precise = precise
         self._iterators: list[AsyncGenerator[Delta, None]] = []
+        # A choice's first tokens think: its reasoning's, cut at the request's thinking budget (as a
+        # server that enforces one ends the thinking there).
+        budget = request.thinking_budget
+        self._num_thinking = [self._thinking_tokens(s, budget) for s in scripts]
 
     async def abort(self, index: int) -> None:
         self._aborted.add(index)
@@ -206,8 +213,17 @@ class _ScriptedStream:
             self._record.tokens_sent += 1
             self.usage.completion_tokens += 1
             logprobs = (-0.1 * (1 + position % 3),) if self._logprobs else None
-            calls = self._scripts[index].tool_calls if finish not in (None, "length") else None
-            yield Delta(index, token, 1, logprobs=logprobs, finish_reason=None if calls else finish)
+            script = self._scripts[index]
+            calls = script.tool_calls if finish not in (None, "length") else None
+            thinking = position < self._num_thinking[index]
+            yield Delta(
+                index,
+                "" if thinking else token,
+                1,
+                logprobs=logprobs,
+                finish_reason=None if calls else finish,
+                reasoning=token if thinking else "",
+            )
             if calls:
                 pieces = tuple({"index": i, **call} for i, call in enumerate(calls))
                 yield Delta(index, "", 0, tool_calls=pieces, finish_reason="tool_calls")
@@ -223,7 +239,7 @@ class _ScriptedStream:
     def _timeline(
         self, index: int, script: Script
     ) -> Iterator[tuple[float, int, int, str, FinishReason | None]]:
-        tokens, finish = self._cut(script)
+        tokens, finish = self._cut(index, script)
         last = len(tokens) - 1
         for pos, token in enumerate(tokens):
             yield (
@@ -234,15 +250,21 @@ class _ScriptedStream:
                 finish if pos == last else None,
             )
 
-    def _cut(self, script: Script) -> tuple[list[str], FinishReason]:
+    def _cut(self, index: int, script: Script) -> tuple[list[str], FinishReason]:
         text, finish = script.text, script.finish_reason
         for stop in self._stops:
             if stop in text:
                 text, finish = text[: text.index(stop)], "stop"
-        tokens = tokenize(text) or [""]
+        thinking = tokenize(script.reasoning)[: self._num_thinking[index]]
+        tokens = thinking + (tokenize(text) or ([] if thinking else [""]))
         if len(tokens) > self._max_tokens:
             return tokens[: self._max_tokens], "length"
         return tokens, finish
+
+    @staticmethod
+    def _thinking_tokens(script: Script, budget: int | None) -> int:
+        count = len(tokenize(script.reasoning))
+        return count if budget is None else min(count, budget)
 
     @staticmethod
     def _fail_if_due(script: Script, position: int) -> None:

@@ -53,11 +53,20 @@ class ChatWire:
         assert self._content is not None, "opening() first"
         return sse_data(self._content[index](text))
 
+    def reasoning(self, index: int, text: str) -> bytes | None:
+        """Thinking as chat clients read it (``reasoning``, and ``reasoning_content`` for the clients
+        that still read that); a completion has no place for it."""
+        if self.plan.messages is None:
+            return None
+        return sse_data(chunk(self.plan, self.created, index, reasoning=text))
+
     def closing(self, results: list[StrategyResult]) -> list[bytes]:
         plan, created = self.plan, self.created
         frames: list[str] = []
         for index, result in enumerate(results):
             text = answer_text(result)
+            if plan.strategy_name is not None and result.reasoning and plan.messages is not None:
+                frames.append(chunk(plan, created, index, reasoning=result.reasoning))
             if plan.strategy_name is not None and (text or not result.tool_calls):
                 frames.append(chunk(plan, created, index, text=text))  # a pass-through's has streamed
             if result.tool_calls:
@@ -79,6 +88,8 @@ def usage(results: list[StrategyResult]) -> dict[str, Any]:
     completion = sum(generated_tokens(r) for r in results)
     body: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion}
     body["total_tokens"] = prompt + completion
+    # The samples' thinking tokens (of completion_tokens), as vLLM and OpenAI report them.
+    body["completion_tokens_details"] = {"reasoning_tokens": sum(r.usage.reasoning_tokens for r in results)}
     cached = [r.usage.cached_prompt_tokens for r in results if r.usage.cached_prompt_tokens is not None]
     if cached:
         body["prompt_tokens_details"] = {"cached_tokens": sum(cached)}
@@ -93,6 +104,8 @@ def usage(results: list[StrategyResult]) -> dict[str, Any]:
         "latency_s": round(max(r.usage.latency_s for r in results), 6),
         "ttft_s": round(min(first_tokens), 6) if first_tokens else None,
         "count_sources": sorted({s for r in results for s in r.usage.count_sources}),
+        "answer_tokens": sum(r.usage.answer_tokens for r in results),
+        "num_open_thinking": sum(r.usage.num_open_thinking for r in results),
     }
     return body
 
@@ -106,11 +119,19 @@ def answer_text(result: StrategyResult) -> str:
 
 
 def message(result: StrategyResult) -> dict[str, Any]:
-    """The assistant message of a chat answer: its text, or its tool calls (content null if none)."""
+    """The assistant message of a chat answer: its text, or its tool calls (content null if none),
+    and its thinking where it had some."""
     text = answer_text(result)
-    if not result.tool_calls:
-        return {"role": "assistant", "content": text}
-    return {"role": "assistant", "content": text or None, "tool_calls": result.tool_calls}
+    body: dict[str, Any] = {"role": "assistant", "content": text}
+    if result.tool_calls:
+        body = {"role": "assistant", "content": text or None, "tool_calls": result.tool_calls}
+    if result.reasoning:
+        body.update(_thinking(result.reasoning))
+    return body
+
+
+def _thinking(text: str) -> dict[str, str]:
+    return {"reasoning": text, "reasoning_content": text}
 
 
 def stream_tool_calls(result: StrategyResult) -> list[dict[str, Any]]:
@@ -173,6 +194,7 @@ def chunk(
     finish: str | None = None,
     extension: dict[str, Any] | None = None,
     tool_calls: list[dict[str, Any]] | None = None,
+    reasoning: str | None = None,
 ) -> str:
     """One streamed chunk as JSON text."""
     chat = plan.messages is not None
@@ -183,6 +205,8 @@ def chunk(
             delta["content"] = text
         if tool_calls:
             delta["tool_calls"] = tool_calls
+        if reasoning:
+            delta.update(_thinking(reasoning))
         choice["delta"] = delta
     else:
         choice["text"] = text or ""

@@ -45,6 +45,10 @@ class Wire(Protocol):
 
     def text(self, index: int, text: str) -> bytes: ...
 
+    def reasoning(self, index: int, text: str) -> bytes | None:
+        """A frame of thinking (None where the API has no place for it)."""
+        ...
+
     def closing(self, results: list[StrategyResult]) -> list[bytes]: ...
 
     def failure(self, error: APIError) -> bytes: ...
@@ -116,7 +120,8 @@ class RunStream(EventSourceResponse):
                 self._put(frame)
             on_event = self._on_event if self.events else None
             try:
-                results = await self.service.run_all(self.plan, on_event=on_event, on_text=self._on_text)
+                sinks = {"on_text": self._on_text, "on_reasoning": self._on_reasoning}
+                results = await self.service.run_all(self.plan, on_event=on_event, **sinks)
                 _raise_failure(results)
             except APIError as exc:  # headers are sent: the error goes in the stream, as OpenAI does
                 self._put(self.wire.failure(exc))
@@ -135,6 +140,11 @@ class RunStream(EventSourceResponse):
 
     def _on_text(self, index: int, text: str) -> None:
         self._put(self.wire.text(index, text))
+
+    def _on_reasoning(self, index: int, text: str) -> None:
+        frame = self.wire.reasoning(index, text)
+        if frame is not None:
+            self._put(frame)
 
     def _put(self, frame: bytes) -> None:
         # Samples still report their end while a cancelled run unwinds, after the reader is gone.

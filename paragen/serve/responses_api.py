@@ -184,6 +184,11 @@ class ResponsesWire:
         self._streamed.append(text)
         return self._event("response.output_text.delta", **self._part(), delta=text, logprobs=[])
 
+    def reasoning(self, index: int, text: str) -> bytes | None:
+        """None: the thinking is not sent as Responses API reasoning items (its tokens are counted
+        in ``output_tokens_details.reasoning_tokens``)."""
+        return None
+
     def closing(self, results: list[StrategyResult]) -> list[bytes]:
         [result] = results
         frames = []
@@ -221,7 +226,7 @@ def usage(results: list[StrategyResult]) -> dict[str, Any]:
         "input_tokens": chat["prompt_tokens"],
         "input_tokens_details": {"cached_tokens": cached},
         "output_tokens": chat["completion_tokens"],
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": chat["completion_tokens_details"]["reasoning_tokens"]},
         "total_tokens": chat["total_tokens"],
         "paragen": chat["paragen"],
     }

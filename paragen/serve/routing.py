@@ -66,12 +66,16 @@ class Plan:
             return self.prompt
         return "\n".join(m.content for m in self.messages or ())
 
-    def strategy(self, on_text: TextSink | None = None) -> Strategy:
-        """A strategy object for one run (pass-through ones carry their own text sink)."""
+    def strategy(self, on_text: TextSink | None = None, on_reasoning: TextSink | None = None) -> Strategy:
+        """A strategy object for one run (pass-through ones carry their own text and thinking sinks)."""
         strategy: Strategy
         if self.strategy_name is None:
             strategy = _serve_own(PASSTHROUGH)(
-                messages=self.messages, prompt=self.prompt, on_text=on_text, tools=self.tools
+                messages=self.messages,
+                prompt=self.prompt,
+                on_text=on_text,
+                on_reasoning=on_reasoning,
+                tools=self.tools,
             )
         elif self.tools is not None and self.messages is not None:
             options = {**self.config, "rule": self.tool_vote}

@@ -122,17 +122,21 @@ class Service:
             )
 
     async def run_all(
-        self, plan: Plan, on_event: EventHandler | None = None, on_text: TextHandler | None = None
+        self,
+        plan: Plan,
+        on_event: EventHandler | None = None,
+        on_text: TextHandler | None = None,
+        on_reasoning: TextHandler | None = None,
     ) -> list[StrategyResult]:
         """Every choice's result, in order; an APIError if the request turns out to be bad."""
         if plan.choices == 1:
-            return [await self.run(plan, 0, on_event, on_text)]
+            return [await self.run(plan, 0, on_event, on_text, on_reasoning)]
         results: list[StrategyResult | None] = [None] * plan.choices
         errors: list[APIError] = []
 
         async def one(index: int) -> None:
             try:
-                results[index] = await self.run(plan, index, on_event, on_text)
+                results[index] = await self.run(plan, index, on_event, on_text, on_reasoning)
             except APIError as exc:
                 errors.append(exc)
                 tg.cancel_scope.cancel()
@@ -145,7 +149,12 @@ class Service:
         return [r for r in results if r is not None]
 
     async def run(
-        self, plan: Plan, index: int, on_event: EventHandler | None, on_text: TextHandler | None
+        self,
+        plan: Plan,
+        index: int,
+        on_event: EventHandler | None,
+        on_text: TextHandler | None,
+        on_reasoning: TextHandler | None = None,
     ) -> StrategyResult:
         """One run of the plan's strategy; the counters follow its samples."""
         ended = _EndedTokens()
@@ -156,6 +165,9 @@ class Service:
                 on_event(index, event)
 
         text_sink: TextSink | None = None if on_text is None else (lambda text: on_text(index, text))
+        thought_sink: TextSink | None = (
+            None if on_reasoning is None else (lambda text: on_reasoning(index, text))
+        )
         orchestrator = Orchestrator(
             self.backend,
             defaults=plan.defaults,
@@ -165,7 +177,7 @@ class Service:
             metrics=self.metrics,
         )
         try:
-            result = await orchestrator.run(plan.strategy(text_sink), plan.problem)
+            result = await orchestrator.run(plan.strategy(text_sink, thought_sink), plan.problem)
         except BackendError as exc:  # a reward model that cannot be opened: the server's fault
             raise _backend_failed(exc.one_line()) from None
         except ParagenError as exc:  # a strategy refusing its config only once it runs

@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from paragen import BaseStrategy, Fanout, LiveSample, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
+from paragen.reasoning import whole_text
 from paragen.types import Problem, StrategyResult, Trace
 from strategies._toolkit import annotate, overrides, solve_request, vote_finish
 from strategies.deepprune.clustering import (
@@ -166,7 +167,9 @@ class DeepPrune(BaseStrategy[DeepPruneConfig]):
             if trace.status == "error" and trace_id not in state.placed:
                 state.dropped.add(trace_id)
             elif trace_id not in state.placed and not state.decided:
-                state.prefixes.setdefault(trace_id, trace.text)  # finished before its truncation point
+                # Finished before its truncation point: its whole output, thinking included, as a
+                # running sample's prefix is (the judge compares reasoning traces).
+                state.prefixes.setdefault(trace_id, whole_text(trace, ctx.capabilities.thinking))
                 await self._place(ctx, judge, rng, state, trace_id)
         elif trace_id not in state.placed and not state.decided:
             await self._place(ctx, judge, rng, state, trace_id)

@@ -24,6 +24,7 @@ PUBLIC_SUBMODULES = frozenset(
         "paragen.answers",
         "paragen.errors",
         "paragen.prompts",
+        "paragen.reasoning",
         "paragen.registry",
         "paragen.scoring",
         "paragen.types",
