@@ -4,8 +4,8 @@ The samples of a record are its finished ("ok") samples in the order they finish
 :func:`evals.bank.bank_from_record`); a setting run under several seeds pools them per
 problem. What each column means is in :mod:`evals.sample_metrics`.
 
-Reasoning tokens are read from a sample's ``reasoning_tokens`` where its trace has that field
-and the backend filled it: traces recorded without it read as "not reported", never as 0.
+Reasoning tokens are a sample's ``reasoning_tokens`` where they were counted (its
+``reasoning_count_source``): samples without thinking read as "not reported", never as 0.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 
 
 def reasoning_tokens(trace: Trace) -> int | None:
-    """The sample's reasoning tokens where the backend reported them (a field traces may lack)."""
-    value = getattr(trace, "reasoning_tokens", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """The sample's thinking tokens where they were counted: a sample without a thinking section,
+    or recorded before traces kept the split, reads as "not reported" (None), never as 0."""
+    return None if trace.reasoning_count_source == "none" else trace.reasoning_tokens
 
 
 def _pooled(records: Sequence[EvalRecord]) -> list[BankProblem]:

@@ -57,11 +57,10 @@ def test_pass_at_columns() -> None:
     assert ks_up_to(20) == [1, 2, 4, 8, 16, 20]
 
 
-class _WithReasoning(Trace):
-    reasoning_tokens: int | None = None
-
-
-def test_reasoning_tokens_are_read_where_a_trace_has_them() -> None:
-    assert reasoning_tokens(Trace(id=0)) is None  # a trace recorded without the field
-    assert reasoning_tokens(_WithReasoning(id=0)) is None  # the backend did not report them
-    assert reasoning_tokens(_WithReasoning(id=0, reasoning_tokens=7)) == 7
+def test_reasoning_tokens_are_read_where_they_were_counted() -> None:
+    assert reasoning_tokens(Trace(id=0)) is None  # no thinking section, or recorded before the split
+    assert reasoning_tokens(Trace.model_validate_json('{"id": 0, "text": "12"}')) is None
+    counted = Trace(id=0, thinking="closed", reasoning_tokens=7, reasoning_count_source="token_ids")
+    assert reasoning_tokens(counted) == 7
+    server = Trace(id=0, thinking="open", reasoning_tokens=0, reasoning_count_source="server")
+    assert reasoning_tokens(server) == 0  # counted, and zero: reported as such
