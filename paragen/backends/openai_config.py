@@ -55,6 +55,9 @@ class OpenAIConfig(Model):
     # A thinking budget sent on every request that sets none, in the server's own field
     # (THINKING_BUDGET_FIELD); setting it says the server enforces budgets.
     thinking_token_budget: int | None = Field(default=None, ge=0)
+    # A continued reply that holds thinking goes to vLLM as a raw completion of the server-rendered
+    # conversation plus the reply (paragen.backends.openai_render), not through the chat template.
+    raw_continuation: bool = True
 
     @model_validator(mode="before")
     @classmethod

@@ -27,6 +27,7 @@ from paragen.backends.base import CompletionStream
 from paragen.backends.openai_config import OpenAIConfig, ServerInfo
 from paragen.backends.openai_hedge import Race
 from paragen.backends.openai_http import map_http_errors, raise_for_status, redacting, retry_delay
+from paragen.backends.openai_render import raw_continuation, renders_raw
 from paragen.backends.openai_wire import ChunkParser, Endpoint, WireOptions, build_body
 from paragen.backends.pool import Pool, Replica
 from paragen.errors import BackendConnectionError, BackendError, ConfigError
@@ -181,7 +182,14 @@ class HTTPStream:
         """One request to ``replica``; its counts go to ``usage`` (the stream's, or a hedge race's own)."""
         info = await self._backend.server_info(replica)
         request = self._current_request()
+        rendered = renders_raw(request, info, self._backend.config)
+        if rendered:
+            request = await raw_continuation(
+                self._backend.client, replica, info, request, self._backend.config
+            )
         url, body, rid = self._prepare(replica, info, request, usage)
+        if rendered:
+            body["add_special_tokens"] = False  # the rendered template already holds its BOS
         base = self.usage.model_copy() if self._num_seen else None
         parser = ChunkParser(self._backend.endpoint_for(request), usage, num_choices=request.n, base=base)
         client = self._backend.client
