@@ -10,7 +10,16 @@ import anyio
 from paragen._tool_calls import merge
 from paragen.backends.base import CompletionStream
 from paragen.reasoning import ThinkFormat, join_thinking, split_thinking, tokens_before
-from paragen.types import ChatMessage, Delta, FinishReason, GenerateRequest, Trace, TraceStatus, Usage
+from paragen.types import (
+    ChatMessage,
+    CountSource,
+    Delta,
+    FinishReason,
+    GenerateRequest,
+    Trace,
+    TraceStatus,
+    Usage,
+)
 
 Monitor = Callable[["LiveSample"], str | Awaitable[str | None] | None]
 """Called after each delta of a sample; returning a reason prunes the sample with it. An async
@@ -31,6 +40,7 @@ class LiveSample:
         "_chunks",
         "_finish_reason",
         "_first_token",
+        "_piece_source",
         "_reasoning_tokens",
         "_server_reasoning_tokens",
         "_thinking",
@@ -62,6 +72,7 @@ class LiveSample:
         self._thinking: list[str] = []  # thinking the server sent apart
         self._reasoning_tokens = 0  # the tokens of the pieces that carried thinking
         self._server_reasoning_tokens: int | None = None
+        self._piece_source: CountSource | None = None  # how the pieces were counted, if not as the total
         self._tokens = 0
         self._first_token: float | None = None
         self._finish_reason: FinishReason | None = None
@@ -160,7 +171,17 @@ class LiveSample:
             trace.reasoning_tokens, trace.reasoning_count_source = server, "server"
         else:
             trace.reasoning_tokens = tokens
-            trace.reasoning_count_source = trace.count_source if trace.thinking != "none" else "none"
+            trace.reasoning_count_source = self._reasoning_source(trace)
+
+    def _reasoning_source(self, trace: Trace) -> CountSource:
+        """How the thinking tokens were counted, the server's reasoning count aside: a sample still
+        thinking at its end thought every token (the total's count); otherwise the pieces before
+        the end of thinking were counted, as the stream counted its pieces."""
+        if trace.thinking == "none":
+            return "none"
+        if trace.thinking == "open":
+            return trace.count_source
+        return self._piece_source or trace.count_source
 
     def apply_usage(self, usage: Usage, *, choices: int = 1) -> int:
         """Take the backend's counts; returns how many completion tokens the server count adds.
@@ -171,6 +192,7 @@ class LiveSample:
         """
         trace = self.trace
         trace.count_source = usage.source
+        self._piece_source = usage.piece_source
         prompt = usage.prompt_tokens // choices
         trace.prompt_tokens = prompt
         if usage.cached_prompt_tokens is not None:

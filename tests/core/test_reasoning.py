@@ -151,6 +151,25 @@ def test_a_server_count_of_no_thinking_does_not_hide_thinking_that_streamed() ->
     assert (trace.thinking, trace.reasoning_tokens, trace.reasoning_count_source) == ("open", 4, "server")
 
 
+def test_a_server_total_does_not_make_a_per_piece_thinking_count_the_servers() -> None:
+    # llama-server: pieces counted one each, then a total with no reasoning count in it.
+    usage = Usage(prompt_tokens=5, completion_tokens=8, source="server", piece_source="estimate")
+    closed = LiveSample(Trace(id=0))
+    closed.add(Delta(0, "", 1, reasoning="The"), 0.0)
+    closed.add(Delta(0, "", 1, reasoning=" capital"), 0.0)
+    closed.add(Delta(0, "Paris", 1, finish_reason="stop"), 0.1)
+    closed.apply_usage(usage)  # the tokens of </think> and EOS came as no piece
+    trace = closed.finish(0.2)
+    assert (trace.completion_tokens, trace.count_source) == (8, "server")
+    assert (trace.reasoning_tokens, trace.reasoning_count_source, trace.answer_tokens) == (2, "estimate", 6)
+    still = LiveSample(Trace(id=1))  # still thinking at its end: every token of the total thought
+    still.add(Delta(0, "", 1, reasoning="The capital"), 0.0)
+    still.add(Delta(0, "", 0, finish_reason="length"), 0.1)
+    still.apply_usage(usage)
+    trace = still.finish(0.2)
+    assert (trace.thinking, trace.reasoning_tokens, trace.reasoning_count_source) == ("open", 8, "server")
+
+
 def _chunk(**delta: str) -> str:
     return json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
 
@@ -175,6 +194,7 @@ def test_wire_reads_both_reasoning_fields_and_the_reasoning_token_count() -> Non
     parser.parse(json.dumps(final))
     assert [(d.reasoning, d.text) for d in deltas] == [("Six sevens", ""), (" make 42.", ""), ("", "42")]
     assert (usage.completion_tokens, usage.reasoning_tokens, usage.source) == (7, 6, "server")
+    assert usage.piece_source == "estimate"  # how the pieces were counted before the server's total
 
 
 @pytest.mark.parametrize(
