@@ -3,7 +3,8 @@
 ggml's AMX matrix multiply dies with SIGILL in virtual machines that list AMX tiles but do not let a
 process use them, so the build never compiles it in (tools/ggml_cmake_args.py). Checked two ways:
 no tile instruction in the installed libraries (a regression fails on any machine, AMX or not), and
-one real forward pass in a child process that must exit cleanly.
+one real forward pass in a child process that must exit cleanly. The C++ ``llama-server`` is
+checked for tile instructions too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from real_servers import missing
+from real_servers import llama_server_binary, missing
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every AMX mnemonic objdump prints: tile configuration, loads and stores, and the dot products.
@@ -64,6 +65,13 @@ def test_the_installed_ggml_libraries_hold_no_amx_instruction() -> None:
     for library in libraries:
         found = _amx_instructions(library)
         assert not found, f"{library.name}: {len(found)} AMX instructions, e.g. {found[:3]}"
+
+
+def test_the_llama_server_binary_holds_no_amx_instruction() -> None:
+    """The C++ server (tools/build_llama_server.sh) links ggml statically, from the same options."""
+    binary = Path(llama_server_binary())
+    found = _amx_instructions(binary)
+    assert not found, f"{binary.name}: {len(found)} AMX instructions, e.g. {found[:3]}"
 
 
 def test_one_forward_pass_exits_cleanly_in_a_child_process() -> None:
