@@ -137,6 +137,10 @@ def eval_command(
         str | None, typer.Option(help="answer extraction: auto, boxed, answer_is, last_number")
     ] = None,
     split: Annotated[str, typer.Option(help="user hub data: split")] = "train",
+    revision: Annotated[
+        str | None,
+        typer.Option(help="hub revision (commit, branch or tag) to read the task at, in place of its pin"),
+    ] = None,
     offline: Annotated[bool, typer.Option(help="use bundled copies, never the hub")] = False,
     hub: Annotated[bool, typer.Option(help="use the hub copy or fail (no bundled fallback)")] = False,
     new_run: Annotated[
@@ -183,7 +187,7 @@ def eval_command(
     from evals.prompts import get_template
     from evals.runner import EvalSpec
     from evals.shards import parse_shard
-    from evals.tasks import get_task
+    from evals.tasks import at_revision, get_task
 
     try:
         chosen_preset, preset_record, over = preset_over(ctx, preset)
@@ -195,13 +199,14 @@ def eval_command(
             over.get("question_field", question_field),
             over.get("answer_field", answer_field),
         )
-        id_field = over.get("id_field", id_field)
+        id_field, revision = over.get("id_field", id_field), over.get("revision", revision)
         if task is None:
             raise ConfigError("no task given", hint="pass -t TASK, or --preset NAME")
         template = None if prompt is None else get_template(prompt)
         task_obj = get_task(task, question=question_field, answer=answer_field, id_field=id_field,
-                            grading=grading, split=split,
-                            revision=None if chosen_preset is None else chosen_preset.revision)  # fmt: skip
+                            grading=grading, split=split)  # fmt: skip
+        if revision is not None:
+            task_obj = at_revision(task_obj, revision)
         shard_part = None if shard is None else parse_shard(shard)
         _at_least(procs, 1, "--procs")
         names = unique(split_commas(strategies), "--strategies")
@@ -220,7 +225,7 @@ def eval_command(
             SamplingParams, max_tokens=max_tokens, temperature=temperature, seed=one_seed, **top
         )
         budget = validated(Budget, deadline_s=deadline, max_total_tokens=max_total_tokens)
-        source = _data_source(offline, hub)
+        source = _data_source(offline, hub, revision)
         check_otlp_endpoint(otlp_endpoint)
         check_out_folder(out)
         if plot:
@@ -288,9 +293,14 @@ def _problems(task: Task, selection: Selection, source: SourceChoice) -> LoadedT
     return loaded
 
 
-def _data_source(offline: bool, hub: bool) -> SourceChoice:
+def _data_source(offline: bool, hub: bool, revision: str | None) -> SourceChoice:
     if offline and hub:
         raise ConfigError("--offline and --hub contradict each other", hint="give one of them")
+    if offline and revision is not None:
+        raise ConfigError(
+            "--revision and --offline contradict each other",
+            hint="--revision asks the hub for that revision; --offline never uses the hub",
+        )
     return "bundled" if offline else "hub" if hub else "auto"
 
 

@@ -11,7 +11,7 @@ from paragen.errors import ParagenError
 
 # Preset fields -> the eval_command parameters they fill when not given on the command line.
 _PRESET_PARAMS = ("task", "strategies", "ns", "seeds", "limit", "prompt", "max_tokens", "temperature",
-                  "top_p", "split", "question_field", "answer_field", "id_field")  # fmt: skip
+                  "top_p", "split", "question_field", "answer_field", "id_field", "revision")  # fmt: skip
 
 
 def preset_over(
@@ -34,7 +34,7 @@ def preset_over(
         "limit": preset.limit, "prompt": preset.prompt_spec(), "max_tokens": preset.max_tokens,
         "temperature": preset.temperature, "top_p": preset.top_p, "split": preset.split,
         "question_field": fields.get("question"), "answer_field": fields.get("answer"),
-        "id_field": fields.get("id"),
+        "id_field": fields.get("id"), "revision": preset.revision,
     }  # fmt: skip
     over = {k: v for k, v in values.items() if k not in given and v is not None}
     overridden = sorted(k for k in given if values.get(k) is not None)

@@ -17,21 +17,28 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from paragen.errors import ConfigError, describe_invalid
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
-Metric = Literal["accuracy", "pass@1", "maj@k", "pass@k", "token_saving"]
+Metric = Literal["accuracy", "pass@1", "maj@k", "pass@k", "token_saving", "speedup"]
+
+
+def unit_of(metric: str) -> str:
+    """How a metric's values read: "x" for a speedup factor, "%" for every other metric."""
+    return "x" if metric == "speedup" else "%"
 
 
 class Published(BaseModel):
     """One published figure: what was measured, on which configuration, its value and source.
 
-    ``value`` is in percent, as papers print it. ``metric``: ``accuracy`` (the strategy's own
-    answer), ``pass@1`` (pass@1 averaged over its samples), ``maj@k`` (the vote over its
-    samples), ``pass@k`` (k = n), or ``token_saving`` (1 - its mean total tokens over
-    ``baseline``'s, on the problems both ran).
+    ``value`` is in percent, as papers print it, except a ``speedup``'s, a factor (1.8 for
+    1.8x). ``metric``: ``accuracy`` (the strategy's own answer), ``pass@1`` (pass@1 averaged
+    over its samples), ``maj@k`` (the vote over its samples), ``pass@k`` (k = n),
+    ``token_saving`` (1 - its mean total tokens over ``baseline``'s, on the problems both ran),
+    or ``speedup`` (``baseline``'s mean end-to-end latency over its own, on the problems both
+    ran). The two comparisons need ``baseline``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -41,9 +48,15 @@ class Published(BaseModel):
     n: int | None = None  # None: the strategy's only configuration in the run
     value: float
     source: str  # paper and table / section, or file of the reference code
-    baseline: str | None = None  # token_saving: the strategy it is measured against
+    baseline: str | None = None  # token_saving, speedup: the strategy it is measured against
     baseline_n: int | None = None
     note: str = ""
+
+    @model_validator(mode="after")
+    def _comparisons_name_their_baseline(self) -> Published:
+        if self.metric in ("token_saving", "speedup") and self.baseline is None:
+            raise ValueError(f"a {self.metric} figure needs baseline = the strategy it is measured against")
+        return self
 
 
 class Preset(BaseModel):
@@ -107,6 +120,8 @@ def load_preset(name: str) -> Preset:
 
 def describe(preset: Preset) -> str:
     figures = "; ".join(
-        f"{p.metric} {p.strategy}{'' if p.n is None else f' n={p.n}'} {p.value:g}%" for p in preset.published
+        f"{p.metric} {p.strategy}{'' if p.n is None else f' n={p.n}'}"
+        f"{'' if p.baseline is None else f' vs {p.baseline}'} {p.value:g}{unit_of(p.metric)}"
+        for p in preset.published
     )
     return f"{preset.name}: {preset.model} on {preset.task} ({preset.paper}): {figures}"

@@ -8,7 +8,10 @@ n) among the run's rows and gives the measured value with its 95% interval, in p
   intervals over problems;
 - ``pass@k``: the unbiased estimate at k = n (no interval is computed for it);
 - ``token_saving``: 1 - (mean total tokens of the strategy) / (mean of its baseline) on the
-  problems both ran, with a paired bootstrap interval over problems (evals.stats).
+  problems both ran, with a paired bootstrap interval over problems (evals.stats);
+- ``speedup``: (mean latency of the baseline) / (mean latency of the strategy) per problem,
+  end to end, on the problems both ran, with the same paired interval; a factor (1.8 = 1.8x),
+  where every other metric is in percent (each row says its ``unit``).
 
 ``within`` says whether the published value lies inside the measured interval. A figure whose
 configuration the run does not hold (flags overrode it) is listed with no measurement.
@@ -16,11 +19,13 @@ configuration the run does not hold (flags overrode it) is listed with no measur
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from evals import stats
 from evals.compare import seed_of
+from evals.presets import unit_of
 from evals.records import EvalRecord
 
 
@@ -29,19 +34,39 @@ def _find(rows: Sequence[dict[str, Any]], strategy: str, n: int | None) -> dict[
     return found[-1] if found else None
 
 
-def _token_saving(records: Sequence[EvalRecord], figure: dict[str, Any]) -> tuple[float, float, float] | None:
-    def tokens(strategy: str, n: int | None) -> dict[tuple[str, int], float]:
-        chosen = [r for r in records if r.strategy == strategy and (n is None or r.n == n)]
-        return {(r.problem.id, seed_of(r)): float(r.result.usage.total_tokens) for r in chosen}
+def _paired(records: Sequence[EvalRecord], figure: dict[str, Any], cost: str) -> list[list[stats.Pair]]:
+    """(strategy's, baseline's) ``cost`` (a Usage field) per problem and seed, clustered by problem."""
 
-    ours, base = tokens(figure["strategy"], figure["n"]), tokens(figure["baseline"], figure["baseline_n"])
-    clusters: dict[str, list[tuple[float, float]]] = {}
+    def per_problem(strategy: str, n: int | None) -> dict[tuple[str, int], float]:
+        chosen = [r for r in records if r.strategy == strategy and (n is None or r.n == n)]
+        return {(r.problem.id, seed_of(r)): float(getattr(r.result.usage, cost)) for r in chosen}
+
+    ours = per_problem(figure["strategy"], figure["n"])
+    base = per_problem(figure["baseline"], figure["baseline_n"])
+    clusters: dict[str, list[stats.Pair]] = {}
     for key in sorted(ours.keys() & base.keys()):
         clusters.setdefault(key[0], []).append((ours[key], base[key]))
+    return list(clusters.values())
+
+
+def _token_saving(records: Sequence[EvalRecord], figure: dict[str, Any]) -> tuple[float, float, float] | None:
+    clusters = _paired(records, figure, "total_tokens")
     if not clusters:
         return None
-    ratio = stats.paired_bootstrap(list(clusters.values()), stats.ratio_of_means)
+    ratio = stats.paired_bootstrap(clusters, stats.ratio_of_means)
     return 100 * (1 - ratio.value), 100 * (1 - ratio.high), 100 * (1 - ratio.low)
+
+
+def _speedup(records: Sequence[EvalRecord], figure: dict[str, Any]) -> tuple[float, float, float] | None:
+    clusters = _paired(records, figure, "latency_s")
+    if not clusters:
+        return None
+    factor = stats.paired_bootstrap(clusters, _baseline_over_ours)
+    return factor.value, factor.low, factor.high
+
+
+def _baseline_over_ours(ours: float, base: float, count: int) -> float:
+    return base / ours if ours else math.nan
 
 
 def _measured(
@@ -50,10 +75,12 @@ def _measured(
     samples: Sequence[dict[str, Any]],
     records: Sequence[EvalRecord],
 ) -> tuple[float, float | None, float | None] | None:
-    """(value, low, high) in percent, or None when the run holds no such configuration."""
+    """(value, low, high) in the figure's unit, or None when the run holds no such configuration."""
     metric, strategy, n = figure["metric"], figure["strategy"], figure["n"]
     if metric == "token_saving":
         return _token_saving(records, figure)
+    if metric == "speedup":
+        return _speedup(records, figure)
     if metric == "accuracy":
         row = _find(summary, strategy, n)
         return None if row is None else (100 * row["accuracy"], 100 * row["ci_low"], 100 * row["ci_high"])
@@ -82,7 +109,8 @@ def published_rows(
         value, low, high = found if found is not None else (None, None, None)
         within = None if low is None or high is None else low <= figure["value"] <= high
         rows.append({"preset": preset["name"], "metric": figure["metric"], "strategy": figure["strategy"],
-                     "n": figure["n"], "published": figure["value"], "measured": value, "low": low,
-                     "high": high, "within": within, "source": figure["source"], "note": figure["note"],
-                     "reproduced": preset.get("reproduced", False)})  # fmt: skip
+                     "n": figure["n"], "unit": unit_of(figure["metric"]),
+                     "baseline": figure.get("baseline"), "published": figure["value"], "measured": value,
+                     "low": low, "high": high, "within": within, "source": figure["source"],
+                     "note": figure["note"], "reproduced": preset.get("reproduced", False)})  # fmt: skip
     return rows

@@ -188,11 +188,15 @@ def published_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[lis
     """Each published figure of a run's preset beside the measured value (figures not reproduced here)."""
     body = []
     for r in rows:
-        interval = "" if r["low"] is None else f" [{r['low']:.1f}%, {r['high']:.1f}%]"
-        measured = "not in this run" if r["measured"] is None else f"{r['measured']:.1f}%{interval}"
+        unit = r.get("unit", "%")
+        fmt = "{:.2f}x" if unit == "x" else "{:.1f}%"  # a speedup factor, or percent
+        interval = "" if r["low"] is None else f" [{fmt.format(r['low'])}, {fmt.format(r['high'])}]"
+        measured = "not in this run" if r["measured"] is None else f"{fmt.format(r['measured'])}{interval}"
         within = "-" if r["within"] is None else ("yes" if r["within"] else "no")
-        body.append([r["preset"], r["metric"], r["strategy"], "-" if r["n"] is None else str(r["n"]),
-                     f"{r['published']:g}%", measured, within, r["source"], r["note"] or "-"])  # fmt: skip
+        metric = r["metric"] if r.get("baseline") is None else f"{r['metric']} vs {r['baseline']}"
+        n = "-" if r["n"] is None else str(r["n"])
+        body.append([r["preset"], metric, r["strategy"], n, f"{r['published']:g}{unit}", measured, within,
+                     r["source"], r["note"] or "-"])  # fmt: skip
     return PUBLISHED_HEADER, body
 
 

@@ -66,6 +66,27 @@ def get_task(
     )
 
 
+def at_revision(task: Task, revision: str) -> Task:
+    """``task`` read from the hub at ``revision`` (a commit, branch or tag) in place of its pin.
+
+    Only a task with a hub source has revisions: a local file, a generated task or a tool task
+    is refused in one line, as is an empty revision or one with spaces. A bundled copy holds the
+    pinned revision's rows, not these, so the task loses it: the hub's copy at ``revision`` or
+    nothing.
+    """
+    from dataclasses import replace
+
+    if not revision.strip() or any(ch.isspace() for ch in revision):
+        raise ConfigError(f"bad --revision {revision!r}", hint="give a commit hash, branch or tag")
+    if task.hub is None:
+        raise ConfigError(
+            f"--revision applies to tasks read from the hub; {task.name!r} is not ({task.description})",
+            hint="drop --revision, or use a hub task (hf:OWNER/NAME or a built-in with a hub source)",
+        )
+    note = f"--revision {revision}: only the hub holds that revision" if task.bundled else task.note
+    return replace(task, hub=replace(task.hub, revision=revision), bundled=None, note=note)
+
+
 def _mode(grading: str) -> ExtractMode:
     for mode in _MODES:
         if grading == mode:
@@ -87,6 +108,7 @@ __all__ = [
     "LoadedTask",
     "Selection",
     "Task",
+    "at_revision",
     "get_task",
     "hub_offline",
     "load_problems",

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import datasets
 import pytest
 
 from evals.tasks import get_task, load_problems, load_task, task_names
+from evals.tasks.matharena import REVISIONS
 from paragen.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "matharena"
@@ -26,7 +29,8 @@ def test_the_task_names_matharenas_dataset_and_prompt(name: str) -> None:
     assert name in task_names()
     assert task.hub is not None and task.hub.repo == repo and task.hub.split == "train"
     assert task.hub.rows == 30 and task.bundled is None and task.prompt == prompt
-    assert task.grading == "boxed"
+    assert task.grading == "boxed" and task.hub.revision == REVISIONS[repo]
+    assert len(task.hub.revision) == 40 and int(task.hub.revision, 16) >= 0  # a full commit hash
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -37,11 +41,21 @@ def test_loaded_through_the_hub_loader(name: str, monkeypatch: pytest.MonkeyPatc
     # The same loader, pointed at a local folder in the hub dataset's layout (load_dataset reads both).
     local = replace(task, hub=replace(task.hub, repo=str(FIXTURES / repo.split("/")[1]), rows=3))
     monkeypatch.setattr("evals.tasks.loading.hub_offline", lambda: None)
+    asked: list[object] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("revision"))
+        return real(*args, **kwargs)
+
+    real = datasets.load_dataset
+    monkeypatch.setattr(datasets, "load_dataset", spy)
     loaded = load_task(local, source="hub")
+    assert asked == [REVISIONS[repo]]  # the pinned commit is what the hub is asked for
     assert [p.id for p in loaded.problems] == ["1", "2", "3"]
     assert [p.gold for p in loaded.problems] == golds
     assert all(p.meta["task"] == name for p in loaded.problems)
-    assert loaded.source.kind == "hub" and loaded.source.rows == 3 and loaded.source.revision is None
+    source = loaded.source
+    assert source.kind == "hub" and source.rows == 3 and source.revision == REVISIONS[repo]
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
