@@ -136,16 +136,18 @@ def randomized(model: Any) -> None:
 @pytest.fixture(scope="session")
 def tiny_qwen3_with(tiny_model: TinyModel) -> TinyModel:
     """A random-init Qwen3 (per-head q/k norms; head_dim 32, not hidden / heads) with Qwen3's
-    ``<think>`` tokens and its chat template's thinking switch; fields go over these. ``model_class``
-    may be Qwen3MoeForCausalLM."""
+    ``<think>`` tokens and its chat template's thinking switch (or ``chat_template``); fields go over
+    these. ``model_class`` may be Qwen3MoeForCausalLM."""
 
-    def build(name: str, model_class: str = "Qwen3ForCausalLM", **fields: Any) -> Path:
+    def build(
+        name: str, model_class: str = "Qwen3ForCausalLM", *, chat_template: str | None = None, **fields: Any
+    ) -> Path:
         shape = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}
         return tiny_model(
             name,
             model_class,
             tokens=["<think>", "</think>"],
-            chat_template=QWEN3_CHAT_TEMPLATE.read_text(),
+            chat_template=chat_template or QWEN3_CHAT_TEMPLATE.read_text(),
             init=randomized,
             **{**shape, "max_position_embeddings": 512, **fields},
         )

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from paragen.engine.llm_engine import LLMEngine, StepOutput
     from paragen.engine.sequence import Sequence as EngineSeq
     from paragen.engine.streams import Request
+    from paragen.engine.thinking import ThinkingSpec
 
 
 class EngineConfig(BaseModel):
@@ -56,6 +57,7 @@ CAPABILITIES = Capabilities(
     continue_final=True,
     tokenizer=True,
     fork=True,
+    thinking_budget=True,  # enforced in the engine itself (paragen/engine/thinking.py)
 )
 
 
@@ -111,13 +113,23 @@ class EngineBackend:
     async def stream(self, request: GenerateRequest) -> AsyncIterator[EngineStream]:
         refuse_tools("engine", request)
         prompt_ids = self.prompt_ids(request)
-        seqs = self.engine.new_request(prompt_ids, request.params, request.n)
+        seqs = self.engine.new_request(
+            prompt_ids, request.params, request.n, thinking=self._thinking(request, prompt_ids)
+        )
         handle = self.runtime.submit(prompt_ids, seqs)
         stream = EngineStream(self.runtime, handle, request, prompt_ids)
         try:
             yield stream
         finally:
             await stream.close()
+
+    def _thinking(self, request: GenerateRequest, prompt_ids: list[int]) -> ThinkingSpec | None:
+        from paragen.engine.thinking import thinking_spec
+
+        budget = request.thinking_budget
+        if budget is None:
+            return None
+        return thinking_spec(self.engine.tokenizer, prompt_ids, budget, self.capabilities.thinking)
 
     @asynccontextmanager
     async def fork(

@@ -38,7 +38,7 @@ from paragen.types import Delta, Usage
 Attempt = Callable[[Replica, Usage], AsyncGenerator[Delta, None]]
 """One request to a replica, counting into the given usage (HTTPStream._attempt)."""
 
-_COUNTS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "source")
+_COUNTS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "source", "reasoning_tokens")
 
 
 @dataclass(eq=False, slots=True)

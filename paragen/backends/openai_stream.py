@@ -6,6 +6,13 @@ single-choice request whose replica died mid-stream is *resumed* instead: the te
 far goes back as the prompt (completions) or as a prefilled assistant message (chat, on
 servers that continue one), with ``max_tokens`` cut by the tokens already produced. The
 sample goes on where it stopped and every token is counted once.
+
+The text so far is the raw one, thinking included: thinking the server sent apart is written
+back inside the family's delimiters (``paragen.reasoning.join_thinking``), open where the cut
+came mid-thought, so the sample goes on thinking (a server whose reasoning parser reads the
+prompt, as vLLM's does, sends the rest of the thought apart again) and a sample cut mid-answer
+keeps its thought. The thinking tokens streamed before the cut are counted into the server's
+``reasoning_tokens`` of the continuation, which covers only what the continuation generated.
 """
 
 from __future__ import annotations
@@ -27,10 +34,11 @@ from paragen.backends.base import CompletionStream
 from paragen.backends.openai_config import OpenAIConfig, ServerInfo
 from paragen.backends.openai_hedge import Race
 from paragen.backends.openai_http import map_http_errors, raise_for_status, redacting, retry_delay
-from paragen.backends.openai_render import raw_continuation, renders_raw
+from paragen.backends.openai_render import ThoughtSplitter, raw_continuation, renders_raw
 from paragen.backends.openai_wire import ChunkParser, Endpoint, WireOptions, build_body
 from paragen.backends.pool import Pool, Replica
 from paragen.errors import BackendConnectionError, BackendError, ConfigError
+from paragen.reasoning import DELIMITERS, join_thinking
 from paragen.types import ChatMessage, Delta, GenerateRequest, Usage
 
 
@@ -83,6 +91,8 @@ class HTTPStream:
         self._backend = backend
         self._request = request
         self._texts: list[str] = []  # what the caller has seen (single-choice requests)
+        self._thoughts: list[str] = []  # the thinking of it that the server sent apart
+        self._num_thought_tokens = 0  # the tokens of the pieces that carried thinking
         self._num_seen = 0  # deltas handed out
         self._deltas = self._iterate()
 
@@ -110,8 +120,7 @@ class HTTPStream:
                     lease.enter_context(pool.lease(replica))
                     async with aclosing(self._attempts(replica, lease)) as deltas:
                         async for delta in deltas:
-                            self._num_seen += 1
-                            self._texts.append(delta.text)
+                            self._seen(delta)
                             yield delta
                 if not self.usage.prompt_tokens:
                     await self._count_prompt()
@@ -124,6 +133,13 @@ class HTTPStream:
                     raise
             attempt, avoid = attempt + 1, replica
             await anyio.sleep(delay)
+
+    def _seen(self, delta: Delta) -> None:
+        self._num_seen += 1
+        self._texts.append(delta.text)
+        if delta.reasoning:  # a piece's tokens are the thinking's when it carries some
+            self._thoughts.append(delta.reasoning)
+            self._num_thought_tokens += delta.num_tokens
 
     def _attempts(self, replica: Replica, lease: ExitStack) -> AsyncGenerator[Delta, None]:
         """One attempt on ``replica``, or a race of it and a hedge on another (see openai_hedge)."""
@@ -163,9 +179,10 @@ class HTTPStream:
 
     def _current_request(self) -> GenerateRequest:
         """The request itself, or after a cut-off its continuation from the text seen so far."""
-        request, text = self._request, "".join(self._texts)
+        request = self._request
         if not self._num_seen:
             return request
+        text = self._written()
         left = request.params.max_tokens - self.usage.completion_tokens
         params = request.params.model_copy(update={"max_tokens": left})
         if request.messages is None:
@@ -177,6 +194,42 @@ class HTTPStream:
         messages.append(ChatMessage(role="assistant", content=text))
         update = {"messages": tuple(messages), "continue_final": True, "params": params}
         return request.model_copy(update=update)
+
+    def _written(self) -> str:
+        """The raw text the model has written so far, its thinking in the family's delimiters."""
+        request, answer = self._request, "".join(self._texts)
+        fmt = self._backend.config.thinking
+        family = fmt if fmt in DELIMITERS else "think"  # a server's split is written back as <think>
+        marks = DELIMITERS[family]
+        messages = request.messages
+        prefill = (
+            request.prompt if messages is None else messages[-1].content if request.continue_final else None
+        )
+        if not self._thoughts:
+            # A chat turn of a family whose template opens the thought: the reply prefilled for the
+            # continuation is rendered without that generation prompt, so it opens the thought itself.
+            return marks.open + answer if fmt == "think_open" and prefill is None else answer
+        text = join_thinking("".join(self._thoughts), answer, "closed" if answer else "open", family)
+        # A prompt or prefilled reply that left the thought open has its opener already.
+        left_open = prefill is not None and prefill.rfind(marks.open) > prefill.rfind(marks.close)
+        return text.removeprefix(marks.open) if left_open else text
+
+    def _resplitter(self) -> ThoughtSplitter | None:
+        """A splitter for a continuation of a thought the server had been sending apart, still open."""
+        if not self._thoughts or any(self._texts):
+            return None
+        fmt = self._backend.config.thinking
+        return ThoughtSplitter(DELIMITERS[fmt if fmt in DELIMITERS else "think"].close)
+
+    def _base(self) -> Usage | None:
+        """A resumed attempt's counts before it: the server's reasoning_tokens then add to the
+        thinking tokens already streamed (none before a first delta: the attempt starts over)."""
+        if not self._num_seen:
+            return None
+        base = self.usage.model_copy()
+        if base.reasoning_tokens is None and self._thoughts:
+            base.reasoning_tokens = self._num_thought_tokens
+        return base
 
     async def _attempt(self, replica: Replica, usage: Usage) -> AsyncGenerator[Delta, None]:
         """One request to ``replica``; its counts go to ``usage`` (the stream's, or a hedge race's own)."""
@@ -190,8 +243,13 @@ class HTTPStream:
         url, body, rid = self._prepare(replica, info, request, usage)
         if rendered:
             body["add_special_tokens"] = False  # the rendered template already holds its BOS
-        base = self.usage.model_copy() if self._num_seen else None
+        base = self._base()
         parser = ChunkParser(self._backend.endpoint_for(request), usage, num_choices=request.n, base=base)
+        # A thought the server sent apart, cut mid-way and continued raw, comes back as text.
+        splitter = self._resplitter() if rendered else None
+        thought_before = 0 if base is None else base.reasoning_tokens or 0
+        if rendered and base is not None:
+            usage.reasoning_tokens = base.reasoning_tokens  # a raw completion's usage reports none
         client = self._backend.client
         response: httpx.Response | None = None
         tracer, failure = tracing.active, None
@@ -209,6 +267,9 @@ class HTTPStream:
                             parser.saw_done = True
                             break
                         for delta in parser.parse(event.data):
+                            if splitter is not None:
+                                delta = splitter.split(delta)
+                                usage.reasoning_tokens = thought_before + splitter.thought_tokens
                             yield delta
             if not parser.is_done:
                 raise BackendConnectionError(f"{url}: the stream ended before the completion did")

@@ -25,6 +25,11 @@ class Detokenizer:
         self._text = ""  # all clean text so far
         self.emitted = 0  # characters of _text already handed out
 
+    @property
+    def text(self) -> str:
+        """All clean text so far, including what is held back as a possible stop string."""
+        return self._text
+
     def add(self, token_id: int) -> tuple[str, bool]:
         """Feed one token; returns (text to hand out now, whether a stop string was hit)."""
         self._ids.append(token_id)

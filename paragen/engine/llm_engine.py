@@ -17,6 +17,7 @@ from paragen.engine.model_runner import ModelRunner
 from paragen.engine.sampler import sample_seed
 from paragen.engine.scheduler import Scheduler
 from paragen.engine.sequence import SeqParams, SeqStatus, Sequence
+from paragen.engine.thinking import ThinkingBudget, ThinkingSpec
 from paragen.errors import EngineError
 from paragen.types import SamplingParams
 
@@ -112,12 +113,15 @@ class LLMEngine:
         *,
         share_prefix: bool = True,
         ignore_eos: bool = False,
+        thinking: ThinkingSpec | None = None,
     ) -> list[Sequence]:
-        """Validate and build the sequences of a request without touching engine state (any thread)."""
+        """Validate and build the sequences of a request without touching engine state (any thread);
+        ``thinking``: the request's thinking budget (``thinking.py``), each sample counting its own."""
         self.check_fits(len(prompt_ids), n)
         seqs = [self._new_seq(prompt_ids, params, i) for i in range(n)]
         for seq in seqs:
             seq.params.ignore_eos = ignore_eos  # benchmarks: fixed lengths
+            seq.thinking = None if thinking is None else ThinkingBudget(thinking)
         if share_prefix:
             seqs[0].forks = seqs[1:]
             for child in seqs[1:]:
@@ -212,6 +216,8 @@ class LLMEngine:
     ) -> StepOutput:
         seq.token_ids.append(token)
         text, is_stop = seq.detok.add(token)
+        if seq.thinking is not None:
+            seq.thinking.observe(seq.detok.text)
         reason = None
         if is_stop or (token in self.eos_ids and not seq.params.ignore_eos):
             reason = "stop"

@@ -83,6 +83,7 @@ class ModelRunner:
     def prepare_sample(self, seqs: list[Sequence]) -> SampleBatch:
         params = [seq.params for seq in seqs]
         temps = [p.temperature for p in params]
+        forced = [(row, token) for row, seq in enumerate(seqs) if (token := _forced_token(seq)) is not None]
         return SampleBatch(
             temperature=self.tensor(temps, torch.float32),
             top_p=self.tensor([p.top_p for p in params], torch.float32),
@@ -94,6 +95,9 @@ class ModelRunner:
             has_greedy=not all(temps),
             num_top_logprobs=max(p.top_logprobs for p in params),
             wants_logprobs=any(p.logprobs for p in params),
+            forced=(self.tensor([r for r, _ in forced]), self.tensor([t for _, t in forced]))
+            if forced
+            else None,
         )
 
     @torch.inference_mode()
@@ -119,3 +123,8 @@ class ModelRunner:
         slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(seqs, positions, strict=True)]
         ids = [seq.last_token for seq in seqs]
         return graphs.decode(ids, positions, slots, [seq.block_table for seq in seqs])
+
+
+def _forced_token(seq: Sequence) -> int | None:
+    """The token ``seq``'s next step must produce (its thinking budget's closing delimiter), if any."""
+    return None if seq.thinking is None else seq.thinking.forced()

@@ -40,6 +40,8 @@ class SampleBatch:
     has_greedy: bool  # any row has temperature 0
     num_top_logprobs: int  # largest top_logprobs asked for (0 = none)
     wants_logprobs: bool
+    # Rows whose token is fixed (a thinking budget's closing delimiter) and those tokens; None: none.
+    forced: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass(slots=True)
@@ -61,14 +63,23 @@ def uniform(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
 def sample(logits: torch.Tensor, batch: SampleBatch) -> Sampled:
     """Pick one token per row of ``logits`` [B, V] (float32)."""
     if batch.is_greedy_only:
-        return _with_logprobs(logits, logits.argmax(dim=-1), batch)
+        return _with_logprobs(logits, _forced(logits.argmax(dim=-1), batch), batch)
     inverse_temp = batch.temperature.clamp(min=1e-5).reciprocal().unsqueeze(1)
     probs = torch.softmax(logits * inverse_temp, dim=-1)  # a broadcast multiply: cheaper than a divide
     u = uniform(batch.seeds, batch.steps).to(probs.dtype)
     chosen = _filtered_draw(probs, u, batch) if batch.is_filtered else inverse_cdf_draw(probs, u)
     if batch.has_greedy:
         chosen = torch.where(batch.temperature > 0, chosen, logits.argmax(dim=-1))
-    return _with_logprobs(logits, chosen, batch)
+    return _with_logprobs(logits, _forced(chosen, batch), batch)
+
+
+def _forced(chosen: torch.Tensor, batch: SampleBatch) -> torch.Tensor:
+    """``chosen`` with the forced rows' tokens put in. Their log-probabilities stay the model's own
+    (of the forced token), as vLLM reports them: what the model thought of what it was made to write."""
+    if batch.forced is None:
+        return chosen
+    rows, tokens = batch.forced
+    return chosen.index_put((rows,), tokens)
 
 
 def inverse_cdf_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

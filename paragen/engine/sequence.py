@@ -7,6 +7,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from paragen.engine.detokenizer import Detokenizer
+from paragen.engine.thinking import ThinkingBudget
 
 _seq_ids = itertools.count()
 
@@ -47,6 +48,7 @@ class Sequence:
     finish_reason: str | None = None
     fork_of: int | None = None  # a running sequence whose cache this one starts from (a probe)
     num_reused_tokens: int = 0  # tokens taken from that cache instead of prefilled
+    thinking: ThinkingBudget | None = None  # where the request has a thinking budget
 
     @property
     def num_tokens(self) -> int:

@@ -5,12 +5,18 @@ A request is text (``input: "..."``) or messages (``input: [{"role": ..., "conte
 as text or ``input_text`` parts), with ``instructions`` as the system message; the model name picks
 the strategy exactly as for chat (``ffs-8/smollm2``), and the ``paragen`` field is the same. Nothing
 is stored: ``previous_response_id`` is refused, and so are tools (the Responses API's tool items are
-not mapped). The answer is one assistant message of ``output_text``; ``usage`` has input, output
-(every generated token, as ``completion_tokens`` in chat) and cached tokens, plus ``usage.paragen``.
-Streamed: ``response.created``, ``response.in_progress``, the message's ``output_item.added`` and
-``content_part.added``, ``output_text.delta`` (a pass-through's tokens as they come; a strategy's
-answer in one), the ``.done`` events, then ``response.completed`` (``response.incomplete`` when the
-output was cut by ``max_output_tokens``, a budget or a deadline), each with its ``sequence_number``.
+not mapped). The answer is one assistant message of ``output_text``, after a ``reasoning`` item
+holding the thinking as ``reasoning_text`` where the result has some (no summary); ``usage`` has
+input, output (every generated token, as ``completion_tokens`` in chat; of them the thinking's in
+``output_tokens_details.reasoning_tokens``) and cached tokens, plus ``usage.paragen``.
+Streamed: ``response.created``, ``response.in_progress``, then each item as OpenAI streams it: its
+``output_item.added`` and ``content_part.added``, its deltas (``reasoning_text.delta`` for the
+thinking, ``output_text.delta`` for the answer: a pass-through's as they come, a strategy's in one
+each), its ``.done`` events; then ``response.completed`` (``response.incomplete`` when the output
+was cut by ``max_output_tokens``, a budget or a deadline), each with its ``sequence_number``. Items
+are opened as their first piece comes: thinking that streams after answer text (a server that
+interleaves them) opens an item of its own after the message, so the stream and the final
+``output`` list the same items in the same order.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -102,7 +109,18 @@ class ResponsesRequest(Model):
 
 
 def new_id() -> str:
-    return f"resp_{uuid.uuid4().hex}"
+    return _new_id("resp")
+
+
+@dataclass(slots=True)
+class _Item:
+    """One output item as it streams: the thinking (a ``reasoning`` item) or the answer (a ``message``)."""
+
+    kind: Literal["reasoning", "message"]
+    id: str
+    index: int  # its output_index
+    pieces: list[str] = field(default_factory=list)
+    status: str = "in_progress"
 
 
 class ResponsesWire:
@@ -112,18 +130,26 @@ class ResponsesWire:
         self.plan = plan
         self.request = request
         self.created = int(time.time())
-        self.message_id = f"msg_{uuid.uuid4().hex}"
         self._sequence = 0
-        self._streamed: list[str] = []
+        self._items: list[_Item] = []  # streamed so far, in output order; the last may be open
+        self._open: _Item | None = None
 
     # -- whole answers -------------------------------------------------------------------------------
 
     def answer(self, results: list[StrategyResult]) -> dict[str, Any]:
         [result] = results
-        return self._response(result, render.answer_text(result))
+        status, text = self._status(result), render.answer_text(result)
+        output = []
+        if result.reasoning:  # a thought is cut only where no answer followed it
+            output.append(_reasoning(_new_id("rs"), result.reasoning, status if not text else "completed"))
+        output.append(_message(_new_id("msg"), text, status))
+        return self._response(result, output)
 
-    def _response(self, result: StrategyResult | None, text: str | None) -> dict[str, Any]:
-        """The response object: in progress (no result yet), or finished with ``text``."""
+    def _status(self, result: StrategyResult) -> str:
+        return "incomplete" if render.finish_reason(self.plan, result) == "length" else "completed"
+
+    def _response(self, result: StrategyResult | None, output: list[dict[str, Any]]) -> dict[str, Any]:
+        """The response object: in progress (no result yet), or finished with ``output``."""
         request = self.request
         body: dict[str, Any] = {
             "id": self.plan.id,
@@ -147,75 +173,125 @@ class ResponsesWire:
             "store": False,
             "usage": None,
         }
-        if result is None or text is None:
+        if result is None:
             return body
-        cut = render.finish_reason(self.plan, result) == "length"
-        body["status"] = "incomplete" if cut else "completed"
-        if cut:
+        body["status"] = self._status(result)
+        if body["status"] == "incomplete":
             body["incomplete_details"] = {"reason": "max_output_tokens"}
-        body["output"] = [self._message(text, "incomplete" if cut else "completed")]
+        body["output"] = output
         body["usage"] = usage([result])
         body["paragen"] = render.choice_extension(self.plan, result, self.request.paragen.include_result)
         return body
 
-    def _message(self, text: str, status: str) -> dict[str, Any]:
-        content = [_output_text(text)]
-        return {
-            "type": "message",
-            "id": self.message_id,
-            "status": status,
-            "role": "assistant",
-            "content": content,
-        }
-
     # -- streamed -------------------------------------------------------------------------------------
 
     def opening(self) -> list[bytes]:
-        in_progress = self._response(None, None)
-        item = {**self._message("", "in_progress"), "content": []}
+        in_progress = self._response(None, [])
         return [
             self._event("response.created", response=in_progress),
             self._event("response.in_progress", response=in_progress),
-            self._event("response.output_item.added", output_index=0, item=item),
-            self._event("response.content_part.added", **self._part(), part=_output_text("")),
         ]
 
     def text(self, index: int, text: str) -> bytes:
-        self._streamed.append(text)
-        return self._event("response.output_text.delta", **self._part(), delta=text, logprobs=[])
+        item, frames = self._item("message")
+        item.pieces.append(text)
+        delta = self._event("response.output_text.delta", **_part_of(item), delta=text, logprobs=[])
+        return frames + delta
 
-    def reasoning(self, index: int, text: str) -> bytes | None:
-        """None: the thinking is not sent as Responses API reasoning items (its tokens are counted
-        in ``output_tokens_details.reasoning_tokens``)."""
-        return None
+    def reasoning(self, index: int, text: str) -> bytes:
+        """Thinking as a ``reasoning`` item's ``reasoning_text``, streamed before the answer's message."""
+        item, frames = self._item("reasoning")
+        item.pieces.append(text)
+        return frames + self._event("response.reasoning_text.delta", **_part_of(item), delta=text)
 
     def closing(self, results: list[StrategyResult]) -> list[bytes]:
         [result] = results
         frames = []
-        if self.plan.strategy_name is not None:  # a pass-through's text has streamed already
-            frames.append(self.text(0, render.answer_text(result)))
-        text = "".join(self._streamed)
-        final = self._response(result, text)
-        frames += [
-            self._event("response.output_text.done", **self._part(), text=text, logprobs=[]),
-            self._event("response.content_part.done", **self._part(), part=_output_text(text)),
-            self._event("response.output_item.done", output_index=0, item=final["output"][0]),
-            self._event(f"response.{final['status']}", response=final),
-        ]
+        text = render.answer_text(result)
+        if self.plan.strategy_name is not None:  # a pass-through's thinking and text have streamed
+            if result.reasoning:
+                frames.append(self.reasoning(0, result.reasoning))
+            if text:
+                frames.append(self.text(0, text))
+        status = self._status(result)
+        frames.append(self._close(status))  # a thought still open here was cut, if the output was
+        if not any(item.kind == "message" for item in self._items):  # the answer, empty or not
+            frames += [self._item("message")[1], self._close(status)]
+        final = self._response(result, [_done(item, item.status) for item in self._items])
+        frames.append(self._event(f"response.{final['status']}", response=final))
         return frames
+
+    def _item(self, kind: Literal["reasoning", "message"]) -> tuple[_Item, bytes]:
+        """The item open for ``kind``: the one streaming, or a new one after it (closed, then)."""
+        if self._open is not None and self._open.kind == kind:
+            return self._open, b""
+        frames = self._close("completed")
+        item = _Item(kind, _new_id("rs" if kind == "reasoning" else "msg"), len(self._items))
+        self._items.append(item)
+        self._open = item
+        added = {**_done(item, "in_progress"), "content": []}
+        part = {"type": "reasoning_text", "text": ""} if kind == "reasoning" else _output_text("")
+        frames += self._event("response.output_item.added", output_index=item.index, item=added)
+        return item, frames + self._event("response.content_part.added", **_part_of(item), part=part)
+
+    def _close(self, status: str) -> bytes:
+        """The ``.done`` events of the open item, if one is open."""
+        item, self._open = self._open, None
+        if item is None:
+            return b""
+        item.status = status
+        done = _done(item, status)
+        [part] = done["content"]
+        if item.kind == "reasoning":
+            text_done = self._event("response.reasoning_text.done", **_part_of(item), text=part["text"])
+        else:
+            text_done = self._event(
+                "response.output_text.done", **_part_of(item), text=part["text"], logprobs=[]
+            )
+        return (
+            text_done
+            + self._event("response.content_part.done", **_part_of(item), part=part)
+            + self._event("response.output_item.done", output_index=item.index, item=done)
+        )
 
     def failure(self, error: APIError) -> bytes:
         detail = error.body()["error"]
         return self._event("error", code=detail["code"], message=detail["message"], param=detail["param"])
-
-    def _part(self) -> dict[str, Any]:
-        return {"item_id": self.message_id, "output_index": 0, "content_index": 0}
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
         text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
         return b"event: " + kind.encode() + b"\r\n" + render.sse_data(text)
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _part_of(item: _Item) -> dict[str, Any]:
+    return {"item_id": item.id, "output_index": item.index, "content_index": 0}
+
+
+def _done(item: _Item, status: str) -> dict[str, Any]:
+    text = "".join(item.pieces)
+    return (_reasoning if item.kind == "reasoning" else _message)(item.id, text, status)
+
+
+def _reasoning(item_id: str, text: str, status: str) -> dict[str, Any]:
+    """A reasoning item with the thinking as its text (no summary: none is made)."""
+    content = [{"type": "reasoning_text", "text": text}]
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
+
+
+def _message(item_id: str, text: str, status: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": [_output_text(text)],
+    }
 
 
 def usage(results: list[StrategyResult]) -> dict[str, Any]:

@@ -17,8 +17,9 @@ from openai_fakes import FakeServer, chat_chunk, chunk, usage_chunk
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.backends.base import generate
 from paragen.backends.openai import OpenAIBackend
+from paragen.backends.openai_render import ThoughtSplitter
 from paragen.orchestrator import Orchestrator
-from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult
+from paragen.types import ChatMessage, Delta, GenerateRequest, Problem, StrategyResult
 
 pytestmark = pytest.mark.anyio
 
@@ -134,3 +135,21 @@ async def test_the_continuation_of_an_open_thought_is_thinking_in_the_trace() ->
     trace = result.traces[0]
     assert (trace.thinking, trace.reasoning, trace.text) == ("open", " so 42.", "")
     assert trace.reasoning_tokens == 2
+
+
+def test_a_delimiter_written_in_pieces_still_ends_the_thought() -> None:
+    """SmolLM2 writes "</think>" as three tokens: the text that may begin it waits for the next piece."""
+    splitter = ThoughtSplitter("</think>")
+    pieces = [" so", " 42", ".</", "think", ">", "\nThe answer", " is 42."]
+    out = [splitter.split(Delta(index=0, text=p, num_tokens=1)) for p in pieces]
+    assert [(d.reasoning, d.text) for d in out] == [
+        (" so", ""), (" 42", ""), (".", ""), ("", ""), ("", ""), ("", "\nThe answer"), ("", " is 42."),
+    ]  # fmt: skip
+    assert splitter.thought_tokens == 5  # the piece that ends the thought counts to it
+
+
+def test_what_waits_at_the_end_of_the_stream_is_thinking() -> None:
+    splitter = ThoughtSplitter("</think>")
+    first = splitter.split(Delta(index=0, text=" hm</th", num_tokens=2))
+    last = splitter.split(Delta(index=0, text="", num_tokens=0, finish_reason="length"))
+    assert (first.reasoning, last.reasoning, last.text) == (" hm", "</th", "")
