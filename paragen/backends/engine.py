@@ -57,7 +57,6 @@ CAPABILITIES = Capabilities(
     continue_final=True,
     tokenizer=True,
     fork=True,
-    thinking_budget=True,  # enforced in the engine itself (paragen/engine/thinking.py)
 )
 
 
@@ -72,6 +71,11 @@ class EngineBackend:
 
         self.template_options = template_options(engine.tokenizer, enable_thinking)
         self.engine = engine
+        # Budgets are enforced in the engine itself (paragen/engine/thinking.py), and declared where
+        # the model's chat template has a thinking section: a model that never thinks (SmolLM2) has
+        # no thought for the engine to end, so strategies keep their client-side methods there.
+        thinks = "<think>" in str(getattr(engine.tokenizer, "chat_template", None) or "")
+        self._capabilities = CAPABILITIES.model_copy(update={"thinking_budget": thinks})
         self.runtime: AsyncEngine = AsyncEngine(engine)
 
     @classmethod
@@ -91,7 +95,7 @@ class EngineBackend:
 
     @property
     def capabilities(self) -> Capabilities:
-        return CAPABILITIES
+        return self._capabilities
 
     def prompt_ids(self, request: GenerateRequest) -> list[int]:
         """The request rendered and tokenized (chat template from the model's own tokenizer)."""
