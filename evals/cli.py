@@ -306,7 +306,7 @@ def _data_source(offline: bool, hub: bool, revision: str | None) -> SourceChoice
 
 def _end_of_run(records: list[EvalRecord]) -> None:
     """Say how many records are not results; exit 3 when a run raised, 1 when no problem got a result."""
-    from evals.runner import backend_failures
+    from evals.runner import backend_failures, is_backend_error
 
     line = backend_failures(records)
     if line is None:
@@ -316,9 +316,10 @@ def _end_of_run(records: list[EvalRecord]) -> None:
         typer.echo("some problems failed: their records keep the traceback (`failure`)", err=True)
         raise typer.Exit(EXIT_FAILED)
     if all(r.grade.outcome == "error" for r in records):
-        typer.echo(
-            "no problem got a result: check that the backend is reachable and serves the API", err=True
-        )
+        hint = "check that the backend is reachable and serves the API"
+        if not any(is_backend_error(r) for r in records):
+            hint = "every run ended in the strategy's own error (first above)"
+        typer.echo(f"no problem got a result: {hint}", err=True)
         raise typer.Exit(EXIT_NO_RESULT)
 
 

@@ -391,13 +391,23 @@ def backend_failures(records: Sequence[EvalRecord]) -> str | None:
     parts = []
     if failed:
         parts.append(f"{len(failed)} failed: the run raised (first: {(failed[0].grade.cause or '')[:200]})")
-    if errors:
-        cause = errors[0].grade.cause or "backend error"
-        parts.append(f"{len(errors)} failed in the backend (first: {cause[:200]})")
+    backend = [r for r in errors if is_backend_error(r)]
+    for group, where in (
+        (backend, "in the backend"),
+        ([r for r in errors if r not in backend], "in the strategy"),
+    ):
+        if group:
+            parts.append(f"{len(group)} failed {where} (first: {(group[0].grade.cause or 'error')[:200]})")
     return (
         f"{len(errors) + len(failed)} of {len(records)} records are not results: {'; '.join(parts)}; "
         "--resume runs them again"
     )
+
+
+def is_backend_error(record: EvalRecord) -> bool:
+    """Whether an "error" record's cause is the backend's (paragen's Backend*Error), not the strategy's
+    own (an LLMCompiler plan that does not parse ends its run in an error too)."""
+    return (record.grade.cause or "backend error").startswith(("Backend", "backend error"))
 
 
 def _progress(enabled: bool) -> Progress:

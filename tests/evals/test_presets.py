@@ -184,6 +184,8 @@ def test_on_the_engine_at_a_tiny_size(name: str, smol_dir: Path, tmp_path: Path)
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     if TOOL_STRATEGIES & set(preset.strategies) and result.exit_code == 1:
         assert {r["grade"]["outcome"] for r in records} == {"error"}, result.output
+        assert "failed in the strategy" in result.output and "in the backend" not in result.output
+        assert "every run ended in the strategy's own error" in result.output
         assert all(sum(t["completion_tokens"] for t in r["result"]["traces"]) > 0 for r in records)
     else:
         assert result.exit_code == 0, result.output
