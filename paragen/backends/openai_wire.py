@@ -34,7 +34,7 @@ _FINISH: dict[str, FinishReason] = {
 # The request field of each server's thinking budget (the most tokens a sample may think before
 # the server ends its thinking); OpenAI's own API has none.
 THINKING_BUDGET_FIELD: dict[ServerKind, str] = {
-    "vllm": "thinking_token_budget",  # needs the server's --reasoning-parser and --reasoning-config
+    "vllm": "thinking_token_budget",  # needs the server's --reasoning-parser or --reasoning-config
     "sglang": "thinking_budget",  # enforced with the server's --enable-strict-thinking
     "llama_cpp": "thinking_budget_tokens",  # llama-server's per-request cap (--reasoning-budget)
 }
