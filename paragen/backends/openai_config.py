@@ -48,9 +48,9 @@ class OpenAIConfig(Model):
     # How the model marks its thinking in its text where the server does not send it apart
     # (see paragen.reasoning); "none": the whole text is the answer.
     thinking: ThinkFormat = "think"
-    # The server enforces per-request thinking budgets (vLLM started with --reasoning-config, SGLang
-    # with --enable-strict-thinking, llama-server): strategies then ask it for theirs
-    # (capabilities.thinking_budget) instead of forcing the end of thinking themselves.
+    # The server enforces per-request thinking budgets (vLLM started with --reasoning-parser or
+    # --reasoning-config, SGLang with --enable-strict-thinking, llama-server): strategies then ask
+    # it for theirs (capabilities.thinking_budget) instead of forcing the end of thinking themselves.
     thinking_budgets: bool = False
     # A thinking budget sent on every request that sets none, in the server's own field
     # (THINKING_BUDGET_FIELD); setting it says the server enforces budgets.

@@ -34,7 +34,7 @@ _FINISH: dict[str, FinishReason] = {
 # The request field of each server's thinking budget (the most tokens a sample may think before
 # the server ends its thinking); OpenAI's own API has none.
 THINKING_BUDGET_FIELD: dict[ServerKind, str] = {
-    "vllm": "thinking_token_budget",  # needs the server's --reasoning-parser and --reasoning-config
+    "vllm": "thinking_token_budget",  # needs the server's --reasoning-parser or --reasoning-config
     "sglang": "thinking_budget",  # enforced with the server's --enable-strict-thinking
     # llama-server's per-request cap (it also takes the name reasoning_budget_tokens), in place of
     # --reasoning-budget there; chat requests only: the thinking delimiters come from the chat template.

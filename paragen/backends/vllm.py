@@ -2,6 +2,11 @@
 
     backend = VLLMBackend.from_spec("Qwen/Qwen3-0.6B", gpu_memory_utilization=0.8)
 
+An engine built with a reasoning parser or a reasoning config (``reasoning_parser="qwen3"``,
+``reasoning_config={"reasoning_start_str": "<think>", "reasoning_end_str": "</think>"}``)
+enforces thinking budgets: ``GenerateRequest.thinking_budget`` becomes vLLM's
+``SamplingParams.thinking_token_budget`` and ``capabilities.thinking_budget`` is true.
+
 Needs the ``[vllm]`` extra; vllm is imported only when a backend is built, so
 ``paragen --help`` and everything else work without it. Outputs are asked for as
 deltas (``RequestOutputKind.DELTA``), so each step costs only its new tokens, and
@@ -23,6 +28,7 @@ from pydantic import Field
 from paragen.backends.base import Capabilities, CompletionStream, refuse_tools
 from paragen.config import RepetitionDetection
 from paragen.errors import ConfigError, EngineError, ParagenError, build_config
+from paragen.reasoning import ThinkFormat
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, SamplingParams, Usage
 
 _INSTALL = "pip install 'paragen[vllm]'"
@@ -55,9 +61,18 @@ class VLLMConfig(Model):
     # (with engine_args {"scheduling_policy": "priority"}) and n-gram repetition detection.
     priority: int | None = None
     repetition_detection: RepetitionDetection | None = None
+    # Thinking budgets: vLLM enforces SamplingParams.thinking_token_budget once the engine has a
+    # reasoning config, which a parser that names its delimiters sets (qwen3, deepseek_r1, olmo3)
+    # and reasoning_config sets or overrides: {"reasoning_start_str": ..., "reasoning_end_str": ...},
+    # the end string being what the engine writes when a budget is spent.
+    reasoning_parser: str | None = None
+    reasoning_config: dict[str, str] | None = None
+    # How the model marks its thinking in its text (see paragen.reasoning): "think_open" where the
+    # chat template opens the thinking, as DeepSeek-R1's does.
+    thinking: ThinkFormat = "think"
 
     def to_engine_kwargs(self) -> dict[str, Any]:
-        per_request = {"engine_args", "extra_sampling", "priority", "repetition_detection"}
+        per_request = {"engine_args", "extra_sampling", "priority", "repetition_detection", "thinking"}
         kwargs = self.model_dump(exclude=per_request, exclude_none=True)
         return {**kwargs, **self.engine_args}
 
@@ -78,7 +93,29 @@ def _build_engine(config: VLLMConfig) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM as Engine
     except ImportError:  # vLLM before the V1 engine
         Engine = vllm.AsyncLLMEngine
-    return Engine.from_engine_args(vllm.AsyncEngineArgs(**cpu_safe(config.to_engine_kwargs())))
+    kwargs = with_reasoning_config(config.to_engine_kwargs())
+    return Engine.from_engine_args(vllm.AsyncEngineArgs(**cpu_safe(kwargs)))
+
+
+def with_reasoning_config(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``reasoning_config`` as vLLM's ReasoningConfig (its engine arguments take no dict, as its
+    command line's ``--reasoning-config`` JSON does)."""
+    strings = kwargs.get("reasoning_config")
+    if not isinstance(strings, dict):
+        return kwargs
+    from vllm.config.reasoning import ReasoningConfig
+
+    try:
+        return {**kwargs, "reasoning_config": ReasoningConfig(**strings)}
+    except (TypeError, ValueError) as exc:
+        hint = "e.g. {'reasoning_start_str': '<think>', 'reasoning_end_str': '</think>'}"
+        raise ConfigError(f"bad reasoning_config {strings!r}: {exc}", hint=hint) from exc
+
+
+def enforces_thinking_budgets(engine: Any) -> bool:
+    """The engine was built with a reasoning config that vLLM could turn into token ids."""
+    reasoning = getattr(getattr(engine, "vllm_config", None), "reasoning_config", None)
+    return bool(getattr(reasoning, "enabled", False))
 
 
 def cpu_safe(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -102,6 +139,7 @@ class VLLMBackend:
         self.config = config
         self._vllm = import_vllm()
         self.engine = engine if engine is not None else _build_engine(config)
+        self._thinking_budgets = enforces_thinking_budgets(self.engine)
         self._tokenizer: Any = None
 
     @classmethod
@@ -126,6 +164,8 @@ class VLLMBackend:
             prompt_cache_reporting=True,
             continue_final=True,
             tokenizer=True,
+            thinking=self.config.thinking,
+            thinking_budget=self._thinking_budgets,
         )
 
     async def tokenizer(self) -> Any:
@@ -157,6 +197,9 @@ class VLLMBackend:
         if self.config.repetition_detection is not None:
             detection = self.config.repetition_detection.model_dump()
             knobs["repetition_detection"] = self._vllm.sampling_params.RepetitionDetectionParams(**detection)
+        if request.thinking_budget is not None and self._thinking_budgets:
+            # Only where the engine enforces it: vLLM refuses a budget it has no reasoning config for.
+            knobs["thinking_token_budget"] = request.thinking_budget
         return self._vllm.SamplingParams(
             n=request.n,
             max_tokens=params.max_tokens,

@@ -38,6 +38,9 @@ def test_engine_kwargs() -> None:
     kwargs = config.to_engine_kwargs()
     assert kwargs["model"] == "m" and kwargs["max_model_len"] == 4096 and kwargs["swap_space"] == 0
     assert "tokenizer" not in kwargs and kwargs["enable_prefix_caching"] is True
+    reasoning = VLLMConfig(model="m", reasoning_parser="qwen3", thinking="think_open").to_engine_kwargs()
+    assert reasoning["reasoning_parser"] == "qwen3" and "thinking" not in reasoning  # not an engine arg
+    assert "reasoning_config" not in reasoning
 
 
 @dataclass
@@ -52,6 +55,7 @@ class FakeEngine:
     aborted: list[str] = field(default_factory=list)
     calls: list[tuple[str, Any, str]] = field(default_factory=list)
     closed: list[str] = field(default_factory=list)
+    vllm_config: Any = None  # what AsyncLLM was built with; only its reasoning_config is read
 
     async def generate(self, prompt: str, params: Any, request_id: str) -> AsyncGenerator[Any, None]:
         self.calls.append((prompt, params, request_id))
@@ -146,3 +150,23 @@ async def test_chat_uses_the_template_and_continues_the_final_message() -> None:
         == "q|a|[('add_generation_prompt', False), ('continue_final_message', True), ('tokenize', False)]"
     )
     assert await backend.count_tokens("one two") == (2, "tokenizer")
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("fake_vllm")
+async def test_a_thinking_budget_reaches_only_an_engine_that_enforces_it() -> None:
+    reasoning = types.SimpleNamespace(reasoning_config=types.SimpleNamespace(enabled=True))
+    budgeted = VLLMBackend(
+        VLLMConfig(model="m", thinking="think_open"), engine=FakeEngine(vllm_config=reasoning)
+    )
+    plain = VLLMBackend(VLLMConfig(model="m"), engine=FakeEngine())
+    assert budgeted.capabilities.thinking_budget and budgeted.capabilities.thinking == "think_open"
+    assert not plain.capabilities.thinking_budget and plain.capabilities.thinking == "think"
+    request = GenerateRequest(prompt="p", thinking_budget=7)
+    await generate(budgeted, request)
+    await generate(plain, request)
+    await generate(budgeted, GenerateRequest(prompt="p"))
+    sent = [b.engine.calls[i][1].kwargs for b, i in ((budgeted, 0), (plain, 0), (budgeted, 1))]
+    assert sent[0]["thinking_token_budget"] == 7
+    # vLLM refuses a budget it has no reasoning config for; a request without one sends none.
+    assert "thinking_token_budget" not in sent[1] and "thinking_token_budget" not in sent[2]

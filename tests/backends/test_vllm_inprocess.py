@@ -2,7 +2,9 @@
 
 Runs in the vLLM venv (`make unit-vllm`: pytest -m vllm there). vLLM's own Prometheus
 counters and gauges, kept in this process, are the witness: tokens generated, requests
-running, KV cache in use. One engine is built for the module (about a minute, enforce_eager).
+running, KV cache in use. One engine is built for the module (about a minute, enforce_eager),
+with a reasoning config, so that it enforces thinking budgets; requests without one are
+untouched by it (vLLM tracks only the requests that carry a budget).
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ import anyio
 import pytest
 from real_servers import missing, smollm2_dir, vllm_env
 
+from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.backends.base import generate
-from paragen.backends.vllm import VLLMBackend
+from paragen.backends.vllm import VLLMBackend, with_reasoning_config
 from paragen.config import RepetitionDetection
+from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
+from paragen.prompts import solve_messages
 from paragen.strategy import build_strategy
-from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams
+from paragen.types import ChatMessage, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
 
 pytestmark = [
     pytest.mark.vllm,
@@ -40,6 +45,12 @@ ENGINE_OPTIONS: dict[str, Any] = {
     "max_num_seqs": 32,
     "dtype": "bfloat16",
 }
+# The engine writes the end string when a budget is spent; SmolLM2 answers after the blank line.
+REASONING_CONFIG = {"reasoning_start_str": "<think>", "reasoning_end_str": "</think>\n\n"}
+BUDGET = 5
+# vLLM 0.32 counts a thinking opened in the prompt short by the start string's tokens less one:
+# "<think>" is three tokens of SmolLM2's (tests/backends/test_vllm_reasoning.py).
+OVERRUN = 2
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +70,7 @@ def model_dir() -> str:
 
 @pytest.fixture(scope="module")
 async def backend(model_dir: str) -> Any:
-    backend = VLLMBackend.from_spec(model_dir, **ENGINE_OPTIONS)
+    backend = VLLMBackend.from_spec(model_dir, **ENGINE_OPTIONS, reasoning_config=REASONING_CONFIG)
     yield backend
     await backend.aclose()
 
@@ -234,3 +245,52 @@ def test_a_clean_exit_prints_nothing(model_dir: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr[-3000:]
+
+
+class _BudgetConfig(StrategyConfig):
+    thinking_budget: int | None = None
+
+
+class _ThinkingSample(BaseStrategy[_BudgetConfig]):
+    """One raw completion of the problem's question (a prompt that opens the thinking), with the
+    configured thinking budget; its trace as the run split it."""
+
+    name = "thinking_sample"
+    Config = _BudgetConfig
+
+    async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
+        request = ctx.request(prompt=problem.question, thinking_budget=self.config.thinking_budget)
+        trace = await ctx.sample(request)
+        return ctx.finish(None, text=trace.text, reasoning=trace.reasoning)
+
+
+async def _think(backend: VLLMBackend, prompt: str, budget: int | None) -> Trace:
+    defaults = SamplingParams(max_tokens=48, temperature=0.0)
+    strategy = _ThinkingSample(thinking_budget=budget)
+    result = await Orchestrator(backend, defaults=defaults).run(strategy, Problem(question=prompt))
+    return result.traces[0]
+
+
+async def test_a_thinking_budget_ends_the_thinking_in_the_engine(backend: VLLMBackend) -> None:
+    """The chat as SmolLM2's template renders it, the reply opened by ``<think>\\n`` (as
+    DeepSeek-R1's template opens it): the engine ends the thinking at the budget, the answer
+    follows; without a budget the same greedy sample thinks on and never closes it."""
+    assert backend.capabilities.thinking_budget
+    tokenizer = await backend.tokenizer()
+    chat = [m.model_dump() for m in solve_messages("What is 6 times 7?")]
+    prompt = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + "<think>\n"
+    budgeted = await _think(backend, prompt, BUDGET)
+    plain = await _think(backend, prompt, None)
+    thought, _ = await backend.count_tokens(budgeted.reasoning)
+    closing, _ = await backend.count_tokens("</think>")
+    assert budgeted.thinking == "closed" and budgeted.text.strip()
+    assert BUDGET <= thought <= BUDGET + OVERRUN
+    # Split by delimiters: the piece that holds the end of the thinking counts to the thinking.
+    assert budgeted.reasoning_tokens == thought + closing and budgeted.reasoning_count_source == "token_ids"
+    assert plain.thinking == "open" and plain.reasoning_tokens == plain.completion_tokens > BUDGET + OVERRUN
+    assert plain.reasoning.startswith(budgeted.reasoning)  # greedy: the same thought, cut
+
+
+def test_a_bad_reasoning_config_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="reasoning_config"):
+        with_reasoning_config({"reasoning_config": {"reasoning_start": "<think>"}})
