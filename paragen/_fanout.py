@@ -28,7 +28,7 @@ from paragen._ledger import Account
 from paragen._live import LiveSample, Monitor, stop_sample
 from paragen.backends.base import Capabilities, CompletionStream
 from paragen.errors import BackendError
-from paragen.reasoning import ThinkFormat
+from paragen.reasoning import ThinkFormat, leaves_open, prefill_of
 from paragen.types import GenerateRequest, Trace
 
 Job = Callable[[], Coroutine[Any, Any, None]]
@@ -343,11 +343,10 @@ def _think_format(request: GenerateRequest, caps: Capabilities, kind: str) -> Th
         return "none"
     if fmt not in ("think", "think_open"):
         return fmt
-    messages = request.messages
-    prefill = request.prompt if messages is None else messages[-1].content if request.continue_final else None
+    prefill = prefill_of(request)
     if prefill is None:
         return fmt
-    return "think_open" if prefill.rfind("<think>") > prefill.rfind("</think>") else "think"
+    return "think_open" if leaves_open(prefill) else "think"
 
 
 def _single(request: GenerateRequest, index: int) -> GenerateRequest:

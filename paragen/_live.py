@@ -9,7 +9,14 @@ import anyio
 
 from paragen._tool_calls import merge
 from paragen.backends.base import CompletionStream
-from paragen.reasoning import ThinkFormat, join_thinking, split_thinking, tokens_before
+from paragen.reasoning import (
+    ThinkFormat,
+    after_prefill,
+    join_thinking,
+    prefill_of,
+    split_thinking,
+    tokens_before,
+)
 from paragen.types import (
     ChatMessage,
     CountSource,
@@ -99,6 +106,11 @@ class LiveSample:
     def finished(self) -> bool:
         """The backend sent its last delta (the trace may not be closed yet)."""
         return self._finish_reason is not None
+
+    @property
+    def split_by_server(self) -> bool:
+        """The server sent the thinking apart (so :meth:`text` writes its delimiters back)."""
+        return bool(self._thinking)
 
     def text(self) -> str:
         """The raw text so far, thinking included as the model writes it (joined lazily: the hot path
@@ -255,7 +267,10 @@ def continuation(live: LiveSample, suffix: str, **params: Any) -> GenerateReques
     request = live.request
     if request is None:
         raise ValueError("the sample has not started: nothing to continue")
-    so_far = live.text() + suffix
+    so_far = live.text()
+    if live.split_by_server:  # the thinking written back with its opener, once after the prefill
+        so_far = after_prefill(so_far, prefill_of(request), live.think_format)
+    so_far += suffix
     update: dict[str, Any] = {"n": 1, "continue_final": request.messages is not None}
     if request.prompt is not None:
         update["prompt"] = request.prompt + so_far

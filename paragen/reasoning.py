@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from paragen.types import ThinkingState, Trace
+from paragen.types import GenerateRequest, ThinkingState, Trace
 
 ThinkFormat = Literal["think", "think_open", "gpt_oss", "none"]
 
@@ -105,6 +105,29 @@ def join_thinking(reasoning: str, answer: str, state: ThinkingState, fmt: ThinkF
     if state == "open":
         return marks.open + reasoning
     return marks.open + reasoning + marks.close + answer
+
+
+def leaves_open(text: str, fmt: ThinkFormat = "think") -> bool:
+    """Whether ``text`` (a prompt, a prefilled reply) leaves the thinking open: its last opening
+    delimiter after its last closing one (``<think>`` ones where the family has none)."""
+    marks = DELIMITERS.get(fmt, DELIMITERS["think"])
+    return text.rfind(marks.open) > text.rfind(marks.close)
+
+
+def prefill_of(request: GenerateRequest) -> str | None:
+    """What a request's output directly follows: its raw prompt, or the reply it continues (None: a
+    fresh chat turn, whose template decides)."""
+    messages = request.messages
+    if messages is None:
+        return request.prompt
+    return messages[-1].content if request.continue_final else None
+
+
+def after_prefill(raw: str, prefill: str | None, fmt: ThinkFormat) -> str:
+    """``raw`` (an output written back with its delimiters by :func:`join_thinking`) as it follows
+    ``prefill``: its opener is dropped where the prefill has opened the thought already."""
+    marks = DELIMITERS.get(fmt, DELIMITERS["think"])
+    return raw.removeprefix(marks.open) if prefill is not None and leaves_open(prefill, fmt) else raw
 
 
 def whole_text(trace: Trace, fmt: ThinkFormat, *, close: bool = False) -> str:

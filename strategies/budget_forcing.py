@@ -25,7 +25,7 @@ from pydantic import Field
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, extract_answer
 from paragen.prompts import solve_messages
-from paragen.reasoning import DELIMITERS, ThinkFormat, join_thinking
+from paragen.reasoning import DELIMITERS, ThinkFormat, after_prefill, join_thinking
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
 
 
@@ -125,11 +125,7 @@ def _written(trace: Trace, so_far: str, fmt: ThinkFormat) -> str:
     if trace.thinking == "none":
         return trace.text
     fmt = fmt if fmt in DELIMITERS else "think"  # a server's split, written back as <think> does
-    raw = join_thinking(trace.reasoning, trace.text, trace.thinking, fmt)
-    marks = DELIMITERS[fmt]
-    opened = so_far.rfind(marks.open) > so_far.rfind(marks.close)
-    opener = marks.open
-    return raw.removeprefix(opener) if opened else raw
+    return after_prefill(join_thinking(trace.reasoning, trace.text, trace.thinking, fmt), so_far, fmt)
 
 
 def _ids(trace: Trace | None) -> list[int]:

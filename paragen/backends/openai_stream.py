@@ -38,7 +38,7 @@ from paragen.backends.openai_render import ThoughtSplitter, raw_continuation, re
 from paragen.backends.openai_wire import ChunkParser, Endpoint, WireOptions, build_body
 from paragen.backends.pool import Pool, Replica
 from paragen.errors import BackendConnectionError, BackendError, ConfigError
-from paragen.reasoning import DELIMITERS, join_thinking
+from paragen.reasoning import DELIMITERS, after_prefill, join_thinking, prefill_of
 from paragen.types import ChatMessage, Delta, GenerateRequest, Usage
 
 
@@ -200,19 +200,13 @@ class HTTPStream:
         request, answer = self._request, "".join(self._texts)
         fmt = self._backend.config.thinking
         family = fmt if fmt in DELIMITERS else "think"  # a server's split is written back as <think>
-        marks = DELIMITERS[family]
-        messages = request.messages
-        prefill = (
-            request.prompt if messages is None else messages[-1].content if request.continue_final else None
-        )
+        prefill = prefill_of(request)
         if not self._thoughts:
             # A chat turn of a family whose template opens the thought: the reply prefilled for the
             # continuation is rendered without that generation prompt, so it opens the thought itself.
-            return marks.open + answer if fmt == "think_open" and prefill is None else answer
+            return DELIMITERS[family].open + answer if fmt == "think_open" and prefill is None else answer
         text = join_thinking("".join(self._thoughts), answer, "closed" if answer else "open", family)
-        # A prompt or prefilled reply that left the thought open has its opener already.
-        left_open = prefill is not None and prefill.rfind(marks.open) > prefill.rfind(marks.close)
-        return text.removeprefix(marks.open) if left_open else text
+        return after_prefill(text, prefill, family)
 
     def _resplitter(self) -> ThoughtSplitter | None:
         """A splitter for a continuation of a thought the server had been sending apart, still open."""

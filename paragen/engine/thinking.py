@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from paragen.reasoning import DELIMITERS, ThinkFormat
+from paragen.reasoning import DELIMITERS, ThinkFormat, leaves_open
 
 Phase = Literal["unknown", "thinking", "done"]
 
@@ -96,7 +96,6 @@ def thinking_spec(
         return None
     marks = DELIMITERS[fmt]
     prompt: str = tokenizer.decode(prompt_ids)
-    # Where the prompt's last opening delimiter comes after its last closing one, the thought is open.
-    opened = fmt == "think_open" or prompt.rfind(marks.open) > prompt.rfind(marks.close)
+    opened = fmt == "think_open" or leaves_open(prompt, fmt)
     close_ids = tuple(tokenizer(marks.close, add_special_tokens=False)["input_ids"])
     return ThinkingSpec(budget, marks.open, marks.close, close_ids, opened)

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from paragen import Capabilities, Orchestrator, Problem, build_strategy, generate
-from paragen._live import LiveSample
+from paragen._live import LiveSample, continuation
 from paragen.backends.openai_config import OpenAIConfig
 from paragen.backends.openai_wire import ChunkParser, WireOptions, build_body
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.errors import ConfigError
 from paragen.reasoning import join_thinking, split_thinking
-from paragen.types import Delta, GenerateRequest, StrategyResult, Trace, Usage
+from paragen.types import ChatMessage, Delta, GenerateRequest, StrategyResult, Trace, Usage
 
 pytestmark = pytest.mark.anyio
 PROBLEM = Problem(question="What is 6*7?")
@@ -221,3 +221,23 @@ def test_a_thinking_budget_is_refused_against_a_server_without_one() -> None:
     with pytest.raises(ConfigError, match="takes no thinking budget"):
         config.check_knobs("openai", "https://api.openai.com/v1")
     assert OpenAIConfig(base_url="http://127.0.0.1:9/v1", thinking_token_budget=0).enforces_thinking_budgets
+
+
+@pytest.mark.parametrize(
+    ("prefill", "chat"),
+    [("Q: 6*7?\n<think>\n", False), ("<think>\n", True), ("Q: 6*7? Answer:", False)],
+)
+def test_a_continuation_writes_the_thought_once_after_its_prefill(prefill: str, chat: bool) -> None:
+    """Thinking the server sent apart is written back in its delimiters; where the prompt or the
+    continued reply opened the thought, the opener is not written twice."""
+    live = LiveSample(Trace(id=0), think_format="think_open" if "<think>" in prefill else "think")
+    if chat:
+        messages = (ChatMessage(role="user", content="6*7?"), ChatMessage(role="assistant", content=prefill))
+        live.request = GenerateRequest(messages=messages, continue_final=True)
+    else:
+        live.request = GenerateRequest(prompt=prefill)
+    live.add(Delta(index=0, text="", num_tokens=2, reasoning="six sevens"), 0.0)
+    request = continuation(live, " so", max_tokens=4)
+    written = request.prompt if not chat else request.messages[-1].content  # type: ignore[index]
+    opener = "" if "<think>" in prefill else "<think>"
+    assert written == prefill + opener + "six sevens so"
