@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from paragen.engine.attention import rope_
-from paragen.engine.loader import ModelConfig
+from paragen.engine.model_config import ModelConfig
 
 
 class BlockManager:

@@ -23,9 +23,8 @@ from paragen.engine.attention import (
     rope_,
 )
 from paragen.engine.kernels import fused, triton_attention
-from paragen.engine.loader import ModelConfig
+from paragen.engine.model_config import ModelConfig, rope_inv_freq
 from paragen.engine.moe import mlp_weights, sparse_mlp
-from paragen.errors import ConfigError
 
 
 @dataclass(slots=True)
@@ -41,33 +40,6 @@ class Layer:
     qk_norm: torch.Tensor | None = None
     # Qwen3-MoE's sparse layers: the router; gate_up and down then hold every expert's (moe.py)
     router: torch.Tensor | None = None
-
-
-def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
-    """Inverse frequencies, with llama3 scaling when the config asks for it."""
-    dim = cfg.head_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-    scaling = cfg.rope_scaling or {}
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind == "llama3":
-        return _llama3_scale(inv, scaling).float()
-    if kind == "dynamic":
-        # Its frequencies depend on the sequence length, so a block's keys cannot be shifted by a rotation.
-        raise ConfigError("dynamic NTK RoPE scaling is not supported (its frequencies change with length)")
-    if kind != "default":
-        raise ConfigError(f"unsupported rope_type {kind!r}", hint="supported: default, llama3")
-    return inv.float()
-
-
-def _llama3_scale(inv: torch.Tensor, s: dict[str, float]) -> torch.Tensor:
-    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
-    old_len = s["original_max_position_embeddings"]
-    wavelen = 2 * math.pi / inv
-    scaled = torch.where(wavelen > old_len / low, inv / factor, inv)
-    smooth = (old_len / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    is_medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
-    return torch.where(is_medium, smoothed, scaled)
 
 
 class Model:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from paragen.engine import loader
+from paragen.engine import loader, model_config
 from paragen.engine.attention import Attend, AttnMeta, rope_
 from paragen.engine.model import Model
 from paragen.scoring.base import ScoreRequest, ScorerError, ScorerKind, reward_messages
@@ -65,10 +65,10 @@ def load_head(head: dict[str, torch.Tensor], device: torch.device, where: Path) 
 
 
 def head_kind(arch: str, where: Path) -> ScorerKind:
-    if arch not in loader.REWARD_ARCHS:
+    if arch not in model_config.REWARD_ARCHS:
         raise ScorerError(
             f"no score head in {where}: {arch} is not a reward model"
-            f" (scorers load {', '.join(sorted(loader.REWARD_ARCHS))})"
+            f" (scorers load {', '.join(sorted(model_config.REWARD_ARCHS))})"
         )
     return "prm" if arch.endswith(PRM_SUFFIXES) else "orm"
 
@@ -81,8 +81,8 @@ class RewardModel:
         # score head raises ScorerError (base.py: the run ends as a backend failure).
         path = loader.resolve(target)
         hf = loader.load_hf_config(path)
-        self.kind = head_kind(loader.architecture(hf), path)
-        cfg = loader.ModelConfig.from_hf(hf, loader.REWARD_ARCHS)
+        self.kind = head_kind(model_config.architecture(hf), path)
+        cfg = model_config.ModelConfig.from_hf(hf, model_config.REWARD_ARCHS)
         tensors = loader.load_tensors(path)
         self.head = load_head(loader.split_head(tensors), torch.device(device), path)
         self._check_labels(path)

@@ -17,7 +17,7 @@ import torch
 import transformers
 from test_model import PROMPTS, check_equal
 
-from paragen.engine import loader
+from paragen.engine import loader, model_config
 from paragen.engine.hogwild.session import EngineSharedSession
 from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
@@ -152,4 +152,4 @@ def test_unsupported_qwen3_variants_are_refused_in_one_line(tiny_qwen3: Path) ->
     ]
     for fields, message in bad:
         with pytest.raises(ConfigError, match=message):
-            loader.ModelConfig.from_hf({**hf, **fields})
+            model_config.ModelConfig.from_hf({**hf, **fields})
