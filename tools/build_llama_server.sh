@@ -2,7 +2,7 @@
 # Builds llama.cpp's C++ `llama-server` and copies it to the path given as the one argument.
 #
 # Usage: tools/build_llama_server.sh OUTPUT_BINARY   (run from anywhere; uses the repo's .venv)
-# Needs cmake, ninja and a C++ compiler; LLAMA_BUILD_JOBS sets the parallel jobs (default 2).
+# Needs cmake and a C++ compiler (ninja where installed, else make); LLAMA_BUILD_JOBS sets the parallel jobs (default 2).
 #
 # Why the C++ server as well as llama-cpp-python's: only `llama-server` has llama.cpp's reasoning
 # options (`--reasoning-format` sends thinking as `reasoning_content`, `--reasoning-budget` and a
@@ -32,7 +32,9 @@ tar -xzf "$work/llama_cpp_python-$version.tar.gz" -C "$work"
 source_dir="$work/llama_cpp_python-$version/vendor/llama.cpp"
 
 read -r -a ggml_args <<<"$("$python" "$repo/tools/ggml_cmake_args.py")"
-cmake -S "$source_dir" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+generator=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); fi  # else cmake's default, Unix Makefiles
+cmake -S "$source_dir" -B "$work/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF "${ggml_args[@]}"
 cmake --build "$work/build" --target llama-server -j "${LLAMA_BUILD_JOBS:-2}"
