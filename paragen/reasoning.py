@@ -139,6 +139,53 @@ def whole_text(trace: Trace, fmt: ThinkFormat, *, close: bool = False) -> str:
     return text + DELIMITERS[fmt].close if close and trace.thinking == "open" else text
 
 
+class StreamSplit:
+    """A raw output split into thinking and answer as it streams, by the family's ``<think>``
+    delimiters (``think`` and ``think_open``), as :func:`split_thinking` splits the whole text: a
+    leading opener starts the thinking (``think_open``: the output starts in it; ``thinking``: it is
+    already in it), the closer ends it, and both are dropped. Text that may be the start of a
+    delimiter (SmolLM2 writes ``</think>`` in three tokens) waits for the next piece. One case
+    streams otherwise than the whole text splits: a ``think`` output that writes ``</think>`` without
+    having opened the thought is streamed as answer (the family opens its thoughts)."""
+
+    def __init__(self, fmt: ThinkFormat, *, thinking: bool = False) -> None:
+        marks = DELIMITERS["think_open" if fmt == "think_open" else "think"]
+        self.open, self.close = marks.open, marks.close
+        self.phase: Literal["start", "thinking", "answer"] = "thinking" if thinking else "start"
+        self._unopened: Literal["thinking", "answer"] = "thinking" if fmt == "think_open" else "answer"
+        self._held = ""
+
+    def feed(self, text: str, *, last: bool = False) -> tuple[str, str]:
+        """The (thinking, answer) of the next piece; ``last`` gives back what was held."""
+        text, self._held = self._held + text, ""
+        if self.phase == "start":
+            written = text.lstrip()
+            if written.startswith(self.open):
+                self.phase, text = "thinking", written[len(self.open) :]
+            elif not last and self.open.startswith(written):  # still undecided (blank, or "<thi")
+                self._held = text
+                return "", ""
+            else:
+                self.phase = self._unopened
+        if self.phase == "answer":
+            return "", text
+        at = text.find(self.close)
+        if at >= 0:
+            self.phase = "answer"
+            return text[:at], text[at + len(self.close) :]
+        keep = 0 if last else _delimiter_start(text, self.close)
+        self._held = text[len(text) - keep :]
+        return text[: len(text) - keep], ""
+
+
+def _delimiter_start(text: str, delimiter: str) -> int:
+    """The length of the longest end of ``text`` that begins ``delimiter``."""
+    for size in range(min(len(delimiter) - 1, len(text)), 0, -1):
+        if delimiter.startswith(text[-size:]):
+            return size
+    return 0
+
+
 def tokens_before(offset: int, chunks: list[str], uneven: dict[int, int]) -> int:
     """Tokens of the chunks that start before character ``offset`` of their joined text (the chunk
     that holds the end of thinking counts to the thinking); a chunk is one token unless ``uneven``

@@ -23,7 +23,7 @@ from paragen.backends.openai_config import OpenAIConfig, ServerInfo
 from paragen.backends.openai_http import map_http_errors, raise_for_status
 from paragen.backends.pool import Replica
 from paragen.errors import BackendProtocolError
-from paragen.reasoning import DELIMITERS
+from paragen.reasoning import DELIMITERS, StreamSplit, ThinkFormat
 from paragen.types import Delta, GenerateRequest
 
 # Template options a request's extra body may carry, which the rendering must use too.
@@ -32,13 +32,14 @@ _TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")
 
 def renders_raw(request: GenerateRequest, info: ServerInfo, config: OpenAIConfig) -> bool:
     """Whether ``request`` continues a reply with thinking in it on a server that renders templates."""
-    marks = DELIMITERS.get(config.thinking)
     messages = request.messages
-    if marks is None or messages is None or not request.continue_final or request.tools is not None:
+    if config.thinking not in ("think", "think_open") or messages is None or not request.continue_final:
+        return False
+    if request.tools is not None:
         return False
     if info.kind != "vllm" or config.endpoint == "chat" or not config.raw_continuation:
         return False
-    reply = messages[-1].content
+    marks, reply = DELIMITERS[config.thinking], messages[-1].content
     return marks.open in reply or marks.close in reply
 
 
@@ -89,36 +90,19 @@ async def _post(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> di
 
 class ThoughtSplitter:
     """The text deltas of a raw continuation of a thought the server had been sending apart, sent
-    apart again: text up to the family's closing delimiter as thinking (the delimiter dropped, as a
-    reasoning parser drops it), the rest as answer. Text that may be the start of the delimiter
-    (SmolLM2 writes ``</think>`` in three tokens) waits for the next delta; a delta's tokens stay
-    with it, so the one that ends the thought counts to the thinking. ``thought_tokens`` are the
-    continuation's thinking tokens, which the completions endpoint does not report."""
+    apart again (:class:`paragen.reasoning.StreamSplit`): text up to the family's closing delimiter
+    as thinking (the delimiter dropped, as a reasoning parser drops it), the rest as answer. A
+    delta's tokens stay with it, so the one that ends the thought counts to the thinking.
+    ``thought_tokens`` are the continuation's thinking tokens, which the completions endpoint does
+    not report."""
 
-    def __init__(self, close: str) -> None:
-        self.close = close
-        self.thinking = True
+    def __init__(self, fmt: ThinkFormat) -> None:
+        self._split = StreamSplit(fmt, thinking=True)
         self.thought_tokens = 0
-        self._held = ""
 
     def split(self, delta: Delta) -> Delta:
-        if not self.thinking:
+        if self._split.phase == "answer":
             return delta
-        text = self._held + delta.text
-        at = text.find(self.close)
-        if at >= 0:
-            self.thinking, self._held = False, ""
-            thought, answer = text[:at], text[at + len(self.close) :]
-        else:
-            keep = 0 if delta.finish_reason else _delimiter_start(text, self.close)
-            thought, answer, self._held = text[: len(text) - keep], "", text[len(text) - keep :]
+        thought, answer = self._split.feed(delta.text, last=delta.finish_reason is not None)
         self.thought_tokens += delta.num_tokens
         return dataclasses.replace(delta, text=answer, reasoning=delta.reasoning + thought)
-
-
-def _delimiter_start(text: str, close: str) -> int:
-    """The length of the longest end of ``text`` that begins ``close``."""
-    for size in range(min(len(close) - 1, len(text)), 0, -1):
-        if close.startswith(text[-size:]):
-            return size
-    return 0

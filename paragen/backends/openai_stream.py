@@ -212,8 +212,7 @@ class HTTPStream:
         """A splitter for a continuation of a thought the server had been sending apart, still open."""
         if not self._thoughts or any(self._texts):
             return None
-        fmt = self._backend.config.thinking
-        return ThoughtSplitter(DELIMITERS[fmt if fmt in DELIMITERS else "think"].close)
+        return ThoughtSplitter(self._backend.config.thinking)
 
     def _base(self) -> Usage | None:
         """A resumed attempt's counts before it: the server's reasoning_tokens then add to the

@@ -12,7 +12,7 @@ from paragen.backends.openai_config import OpenAIConfig
 from paragen.backends.openai_wire import ChunkParser, WireOptions, build_body
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.errors import ConfigError
-from paragen.reasoning import join_thinking, split_thinking
+from paragen.reasoning import StreamSplit, ThinkFormat, join_thinking, split_thinking
 from paragen.types import ChatMessage, Delta, GenerateRequest, StrategyResult, Trace, Usage
 
 pytestmark = pytest.mark.anyio
@@ -241,3 +241,36 @@ def test_a_continuation_writes_the_thought_once_after_its_prefill(prefill: str, 
     written = request.prompt if not chat else request.messages[-1].content  # type: ignore[index]
     opener = "" if "<think>" in prefill else "<think>"
     assert written == prefill + opener + "six sevens so"
+
+
+STREAMED = [
+    "<think>6 times 7</think>The answer is 42.",
+    "  <think>\nhm, 6 sevens\n</think>\n\n42",
+    "<think>still thinking when cut off",
+    "<thi",
+    "The answer is 42.",
+    "",
+    "<think></think>42",
+    "a < b </ think > c",
+]
+
+
+@pytest.mark.parametrize("fmt", ["think", "think_open"])
+@pytest.mark.parametrize("text", STREAMED)
+def test_a_streamed_split_joins_to_the_whole_texts_split(fmt: ThinkFormat, text: str) -> None:
+    """Every way of cutting the text into pieces (a piece a character up to the whole) streams
+    the parts the whole text splits into."""
+    whole = split_thinking(text, fmt)
+    for size in range(1, max(len(text), 1) + 1):
+        stream = StreamSplit(fmt)
+        pieces = [text[i : i + size] for i in range(0, len(text), size)] or [""]
+        parts = [stream.feed(piece, last=i == len(pieces) - 1) for i, piece in enumerate(pieces)]
+        thought, answer = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
+        assert (thought, answer) == (whole.reasoning, whole.answer), size
+
+
+def test_a_think_output_that_closes_an_unopened_thought_streams_as_answer() -> None:
+    """The one case the stream cannot know in time: the family writes its own opener."""
+    stream = StreamSplit("think")
+    assert stream.feed("hm</think>42", last=True) == ("", "hm</think>42")
+    assert split_thinking("hm</think>42", "think").reasoning == "hm"

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 from conftest import Serve
 from openai.types.responses import ResponseReasoningItem
 
@@ -221,3 +222,39 @@ def test_thinking_that_streams_after_answer_text_gets_an_item_of_its_own() -> No
     added = [e for e in events if e["type"] == "response.output_item.added"]
     assert [e["output_index"] for e in added] == [0, 1, 2]
     assert [i["id"] for i in final] == [e["item"]["id"] for e in added]
+
+
+# -- a model that thinks inside its text (no server parser): split as it streams -----------------
+
+IN_TEXT = f"<think> {THOUGHT}</think> {ANSWER}"
+
+
+@pytest.mark.parametrize("text", [IN_TEXT, f"<think> {THOUGHT}", ANSWER])
+def test_a_pass_through_streams_thinking_written_in_the_text_apart(serve: Serve, text: str) -> None:
+    """What streams is what the answer says, piece by piece: the thought as reasoning deltas, the
+    answer as content, neither delimiter anywhere (a thought never closed streams as reasoning)."""
+    backend = ScriptedBackend([Script(text=text, token_delay=0.001)])
+    with serve(backend) as url:
+        whole = _post(url, model="scripted").json()["choices"][0]["message"]
+        lines = _post(url, model="scripted", stream=True).text
+    deltas = [json.loads(line[6:])["choices"] for line in lines.splitlines() if line.startswith("data: {")]
+    pieces = [c[0]["delta"] for c in deltas if c]
+    streamed_thought = "".join(d.get("reasoning", "") for d in pieces)
+    streamed_answer = "".join(d.get("content") or "" for d in pieces)
+    assert (streamed_thought, streamed_answer) == (whole.get("reasoning") or "", whole["content"] or "")
+    assert "<think>" not in streamed_thought + streamed_answer and "</think>" not in streamed_answer
+    assert streamed_thought.strip() == (THOUGHT if "<think>" in text else "")
+    assert sum(1 for d in pieces if d.get("reasoning")) > 1 or "<think>" not in text  # as it streams
+
+
+def test_the_responses_api_streams_thinking_written_in_the_text_as_a_reasoning_item(serve: Serve) -> None:
+    backend = ScriptedBackend([Script(text=IN_TEXT, token_delay=0.001)])
+    with serve(backend) as url, _responses(url) as api:
+        events: list[Any] = list(
+            api.responses.create(model="scripted", input="What is 6 times 7?", stream=True)
+        )
+    thinking = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    answer = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert (thinking, answer) == (" " + THOUGHT, " " + ANSWER)
+    thought, _ = _thought_and_message(events[-1].response.output)
+    assert thought.content is not None and thought.content[0].text == thinking
