@@ -9,10 +9,11 @@ sample goes on where it stopped and every token is counted once.
 
 The text so far is the raw one, thinking included: thinking the server sent apart is written
 back inside the family's delimiters (``paragen.reasoning.join_thinking``), open where the cut
-came mid-thought, so the sample goes on thinking (a server whose reasoning parser reads the
-prompt, as vLLM's does, sends the rest of the thought apart again) and a sample cut mid-answer
-keeps its thought. The thinking tokens streamed before the cut are counted into the server's
-``reasoning_tokens`` of the continuation, which covers only what the continuation generated.
+came mid-thought, so the sample goes on thinking, and a sample cut mid-answer keeps its
+thought. On vLLM such a continuation is a raw completion of the server-rendered prompt
+(:mod:`paragen.backends.openai_render`), whose output comes back as text: the rest of a thought
+is split from it again (``ThoughtSplitter``), as the server's parser would have sent it. The
+thinking tokens streamed before the cut are added to what the continuation reports or splits.
 """
 
 from __future__ import annotations
