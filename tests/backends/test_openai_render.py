@@ -139,7 +139,7 @@ async def test_the_continuation_of_an_open_thought_is_thinking_in_the_trace() ->
 
 def test_a_delimiter_written_in_pieces_still_ends_the_thought() -> None:
     """SmolLM2 writes "</think>" as three tokens: the text that may begin it waits for the next piece."""
-    splitter = ThoughtSplitter("</think>")
+    splitter = ThoughtSplitter("think")
     pieces = [" so", " 42", ".</", "think", ">", "\nThe answer", " is 42."]
     out = [splitter.split(Delta(index=0, text=p, num_tokens=1)) for p in pieces]
     assert [(d.reasoning, d.text) for d in out] == [
@@ -149,7 +149,7 @@ def test_a_delimiter_written_in_pieces_still_ends_the_thought() -> None:
 
 
 def test_what_waits_at_the_end_of_the_stream_is_thinking() -> None:
-    splitter = ThoughtSplitter("</think>")
+    splitter = ThoughtSplitter("think")
     first = splitter.split(Delta(index=0, text=" hm</th", num_tokens=2))
     last = splitter.split(Delta(index=0, text="", num_tokens=0, finish_reason="length"))
     assert (first.reasoning, last.reasoning, last.text) == (" hm", "</th", "")
