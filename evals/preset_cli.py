@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from evals.presets import Preset
+from paragen._cli_options import fail
 from paragen.errors import ParagenError
 
 # Preset fields -> the eval_command parameters they fill when not given on the command line.
@@ -49,8 +50,7 @@ def presets_command() -> None:
         for name in preset_names():
             typer.echo(describe(load_preset(name)))
     except ParagenError as exc:
-        typer.echo(exc.one_line(), err=True)
-        raise typer.Exit(2) from None
+        fail(exc)
 
 
 def _on_command_line(ctx: typer.Context, param: str) -> bool:

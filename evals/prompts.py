@@ -100,10 +100,6 @@ def prompt_setting(template: PromptTemplate) -> str | None:
     return None if sha == template_sha256(PARAGEN) else f"{template.name}@{sha}"
 
 
-def template_names() -> list[str]:
-    return list(TEMPLATES)
-
-
 def get_template(spec: str) -> PromptTemplate:
     """A named template, or one read from a file; one ConfigError line for anything else."""
     if spec in TEMPLATES:

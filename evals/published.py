@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evals import stats
-from evals.compare import seed_of
+from evals.compare import FINISHED, seed_of
 from evals.presets import unit_of
 from evals.records import EvalRecord
 
@@ -35,10 +35,15 @@ def _find(rows: Sequence[dict[str, Any]], strategy: str, n: int | None) -> dict[
 
 
 def _paired(records: Sequence[EvalRecord], figure: dict[str, Any], cost: str) -> list[list[stats.Pair]]:
-    """(strategy's, baseline's) ``cost`` (a Usage field) per problem and seed, clustered by problem."""
+    """(strategy's, baseline's) ``cost`` (a Usage field) per problem and seed, clustered by problem;
+    records that are not results (a backend error, a run that raised) are left out, as comparisons do."""
 
     def per_problem(strategy: str, n: int | None) -> dict[tuple[str, int], float]:
-        chosen = [r for r in records if r.strategy == strategy and (n is None or r.n == n)]
+        chosen = [
+            r
+            for r in records
+            if r.strategy == strategy and (n is None or r.n == n) and r.grade.outcome in FINISHED
+        ]
         return {(r.problem.id, seed_of(r)): float(getattr(r.result.usage, cost)) for r in chosen}
 
     ours = per_problem(figure["strategy"], figure["n"])

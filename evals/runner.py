@@ -394,7 +394,7 @@ def backend_failures(records: Sequence[EvalRecord]) -> str | None:
     backend = [r for r in errors if is_backend_error(r)]
     for group, where in (
         (backend, "in the backend"),
-        ([r for r in errors if r not in backend], "in the strategy"),
+        ([r for r in errors if not is_backend_error(r)], "in the strategy"),
     ):
         if group:
             parts.append(f"{len(group)} failed {where} (first: {(group[0].grade.cause or 'error')[:200]})")

@@ -58,11 +58,10 @@ def solve_messages(question: str, *, system: str | _Default | None = _Default.SY
     Without ``system``: the template in use (see :func:`using_template`), else paragen's own.
     With it: that system text (None: no system message) and the bare question.
     """
-    if isinstance(system, _Default):
-        return (_TEMPLATE.get() or PARAGEN).messages(question)
-    messages = [] if system is None else [ChatMessage(role="system", content=system)]
-    messages.append(ChatMessage(role="user", content=question))
-    return messages
+    template = (
+        (_TEMPLATE.get() or PARAGEN) if isinstance(system, _Default) else PromptTemplate("", PROBLEM, system)
+    )
+    return template.messages(question)
 
 
 @contextmanager
@@ -73,8 +72,3 @@ def using_template(template: PromptTemplate | None) -> Iterator[None]:
         yield
     finally:
         _TEMPLATE.reset(token)
-
-
-def current_template() -> PromptTemplate:
-    """The template :func:`solve_messages` uses here."""
-    return _TEMPLATE.get() or PARAGEN

@@ -25,7 +25,7 @@ from pydantic import Field
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, extract_answer
 from paragen.prompts import solve_messages
-from paragen.reasoning import DELIMITERS, ThinkFormat, after_prefill, join_thinking
+from paragen.reasoning import ThinkFormat, after_prefill, whole_text
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
 
 
@@ -124,8 +124,7 @@ def _written(trace: Trace, so_far: str, fmt: ThinkFormat) -> str:
     The opener is written once: where the prefill so far left none open, the step opened it."""
     if trace.thinking == "none":
         return trace.text
-    fmt = fmt if fmt in DELIMITERS else "think"  # a server's split, written back as <think> does
-    return after_prefill(join_thinking(trace.reasoning, trace.text, trace.thinking, fmt), so_far, fmt)
+    return after_prefill(whole_text(trace, fmt), so_far, fmt)
 
 
 def _ids(trace: Trace | None) -> list[int]:

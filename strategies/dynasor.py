@@ -109,6 +109,7 @@ class _Watch:
     answers: list[str | None] = field(default_factory=list)
     settled: str | None = None
     budget_answer: str | None = None  # the last probe's, for a sample stopped at its thinking budget
+    thought_closed: bool = False  # its thinking ended: the budget no longer applies (nor is checked)
 
 
 class Dynasor(BaseStrategy[DynasorConfig]):
@@ -151,7 +152,7 @@ class Dynasor(BaseStrategy[DynasorConfig]):
         cfg = self.config
         if live.finished or watch.settled is not None:
             return
-        if self._over_thinking_budget(ctx, live):
+        if self._over_thinking_budget(ctx, live, watch):
             watch.budget_answer = await self._probe(ctx, live, watch)
             await ctx.conclude(live, "thinking budget")
             return
@@ -164,12 +165,20 @@ class Dynasor(BaseStrategy[DynasorConfig]):
             watch.settled = agreed
             await ctx.conclude(live, "certain")
 
-    def _over_thinking_budget(self, ctx: RunContext, live: LiveSample) -> bool:
-        """The client-side thinking budget: a sample still thinking at ``thinking_tokens`` tokens."""
+    def _over_thinking_budget(self, ctx: RunContext, live: LiveSample, watch: _Watch) -> bool:
+        """The client-side thinking budget: a sample still thinking at ``thinking_tokens`` tokens. A
+        closed thought stays closed, so the whole text is split once after it, not at every delta."""
         budget = self.config.thinking_tokens
-        if budget is None or ctx.capabilities.thinking_budget or live.num_tokens < budget:
+        if (
+            budget is None
+            or watch.thought_closed
+            or ctx.capabilities.thinking_budget
+            or live.num_tokens < budget
+        ):
             return False
-        return live.snapshot().thinking == "open"
+        thinking = live.snapshot().thinking
+        watch.thought_closed = thinking == "closed"
+        return thinking == "open"
 
     async def _probe(self, ctx: RunContext, live: LiveSample, watch: _Watch) -> str | None:
         """Probe the sample now; its answer (None: it hesitated or gave none) is added to ``watch``."""

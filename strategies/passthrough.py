@@ -56,7 +56,6 @@ class Passthrough(BaseStrategy[StrategyConfig]):
         self._deltas_sent = 0  # deltas forwarded (the monitor reads only the new ones)
         self._thoughts_sent = 0  # pieces of thinking the server sent apart, forwarded
         self._split: StreamSplit | None = None  # the text's own thinking, split as it streams
-        self._server_split = False  # the server sent the thinking apart: the text is all answer
 
     async def run(self, problem: Problem, ctx: RunContext) -> StrategyResult:
         messages = self.messages
@@ -84,7 +83,6 @@ class Passthrough(BaseStrategy[StrategyConfig]):
         if self.on_reasoning is not None:
             thought, self._thoughts_sent = live.reasoning_since(self._thoughts_sent)
             if thought:
-                self._server_split = True
                 self.on_reasoning(thought)
             elif self._split is None and live.think_format in ("think", "think_open"):
                 self._split = StreamSplit(live.think_format)
@@ -94,12 +92,13 @@ class Passthrough(BaseStrategy[StrategyConfig]):
 
     @property
     def _splitting(self) -> bool:
-        return self._split is not None and not self._server_split
+        """Split the text itself: it may hold thinking, and the server has sent none apart."""
+        return self._split is not None and not self._thoughts_sent
 
     def _send(self, text: str) -> None:
         """Forward raw text: its thinking apart where the model thinks in its text (no server parser)."""
         on_reasoning = self.on_reasoning if self._splitting else None
-        if self._split is not None and on_reasoning is not None:
+        if on_reasoning is not None and self._split is not None:  # (narrowed for the type checker)
             thought, text = self._split.feed(text)
             if thought:
                 on_reasoning(thought)

@@ -100,8 +100,13 @@ class ThoughtSplitter:
         self._split = StreamSplit(fmt, thinking=True)
         self.thought_tokens = 0
 
+    @property
+    def done(self) -> bool:
+        """The thought has ended: what follows is answer."""
+        return self._split.phase == "answer"
+
     def split(self, delta: Delta) -> Delta:
-        if self._split.phase == "answer":
+        if self.done:
             return delta
         thought, answer = self._split.feed(delta.text, last=delta.finish_reason is not None)
         self.thought_tokens += delta.num_tokens

@@ -264,6 +264,8 @@ class HTTPStream:
                             if splitter is not None:
                                 delta = splitter.split(delta)
                                 usage.reasoning_tokens = thought_before + splitter.thought_tokens
+                                if splitter.done:
+                                    splitter = None  # the rest is answer, passed on as it comes
                             yield delta
             if not parser.is_done:
                 raise BackendConnectionError(f"{url}: the stream ended before the completion did")

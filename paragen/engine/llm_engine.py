@@ -218,6 +218,8 @@ class LLMEngine:
         text, is_stop = seq.detok.add(token)
         if seq.thinking is not None:
             seq.thinking.observe(seq.detok.text)
+            if seq.thinking.phase == "done":
+                seq.thinking = None  # nothing left to force: later steps skip the budget
         reason = None
         if is_stop or (token in self.eos_ids and not seq.params.ignore_eos):
             reason = "stop"

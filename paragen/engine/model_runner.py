@@ -83,7 +83,11 @@ class ModelRunner:
     def prepare_sample(self, seqs: list[Sequence]) -> SampleBatch:
         params = [seq.params for seq in seqs]
         temps = [p.temperature for p in params]
-        forced = [(row, token) for row, seq in enumerate(seqs) if (token := _forced_token(seq)) is not None]
+        forced = [
+            (row, token)
+            for row, seq in enumerate(seqs)
+            if seq.thinking is not None and (token := seq.thinking.forced()) is not None
+        ]
         return SampleBatch(
             temperature=self.tensor(temps, torch.float32),
             top_p=self.tensor([p.top_p for p in params], torch.float32),
@@ -123,8 +127,3 @@ class ModelRunner:
         slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(seqs, positions, strict=True)]
         ids = [seq.last_token for seq in seqs]
         return graphs.decode(ids, positions, slots, [seq.block_table for seq in seqs])
-
-
-def _forced_token(seq: Sequence) -> int | None:
-    """The token ``seq``'s next step must produce (its thinking budget's closing delimiter), if any."""
-    return None if seq.thinking is None else seq.thinking.forced()

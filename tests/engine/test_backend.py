@@ -124,8 +124,8 @@ def test_missing_model_is_a_config_error(tmp_path: Path) -> None:
 async def test_capabilities(backend: EngineBackend) -> None:
     caps = backend.capabilities
     assert caps.native_n and caps.per_choice_abort and caps.top_logprobs == 20
-    # SmolLM2's chat template has no thinking section: no thought for a budget to end, so strategies
-    # keep their client-side methods (a Qwen3's template declares it: tests/engine/test_thinking_budget.py).
+    # This model's chat template (SmolLM2's) has no thinking section: no thought for a budget to end, so
+    # strategies keep their client-side methods (a Qwen3's declares it: tests/engine/test_thinking_budget.py).
     assert not caps.thinking_budget
 
 
