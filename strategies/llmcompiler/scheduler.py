@@ -52,15 +52,17 @@ class TaskFetchingUnit:
                 actions.start(self._run_task, task)
 
     async def _run_task(self, task: Task) -> None:
-        for dep in task.deps:
-            await self._done[dep].wait()
+        if task.refused is None:  # a refused action waits for nothing: it does not run
+            for dep in task.deps:
+                await self._done[dep].wait()
         if not task.is_join:
             await self._call(task)
         self._done[task.idx].set()
 
     async def _call(self, task: Task) -> None:
         observations = {d: self.tasks[d].observation or "" for d in task.deps}
-        args, kwargs = substitute(task.args, observations), substitute(task.kwargs, observations)
+        args = substitute(task.args, observations)
+        kwargs = {k: substitute(v, observations) for k, v in task.kwargs.items()}
         parents = [*self.parents, *(self.spans[d].id for d in task.deps if d in self.spans)]
         async with self.ctx.tool_span(
             f"tool:{task.name}", idx=task.idx, args=list(args), kwargs=kwargs
@@ -74,6 +76,8 @@ class TaskFetchingUnit:
         self, task: Task, args: tuple[object, ...], kwargs: dict[str, object], span: Trace
     ) -> str:
         """The tool's output, or the error as text: a failed action informs the joiner, not ends the run."""
+        if task.refused is not None:
+            return self._failed(task, span, task.refused)
         tool = self.tools[task.name]
         try:
             with anyio.fail_after(self.tool_timeout_s):
