@@ -123,30 +123,39 @@ class JoinDecision:
     replan: bool
 
 
-def parse_join(text: str) -> JoinDecision:
+def parse_join(text: str, *, balanced: bool = False) -> JoinDecision:
     """The reference code's reading of the joiner's reply, line by line: the last line starting
     with ``Action:`` decides (a replan when it contains "Replan", else a finish, its answer the
-    text from the first "(" to the first ")" after it); the last line starting with ``Thought:``
-    is the thought. A reply with no ``Action:`` line finishes with no answer."""
+    text from the first "(" to the first ")" after it, or with ``balanced`` to the ")" closing that
+    "("); the last line starting with ``Thought:`` is the thought. A reply with no ``Action:``
+    line finishes with no answer."""
     thought, answer, replan = "", "", False
     for line in text.split("\n"):
         if line.startswith("Action:"):
-            answer, replan = _in_parentheses(line), "Replan" in line
+            answer, replan = _in_parentheses(line, balanced), "Replan" in line
         elif line.startswith("Thought:"):
             thought = line.split("Thought:")[1].strip()
     return JoinDecision(thought, _unquoted(answer.strip()) or None, replan)
 
 
-def _in_parentheses(line: str) -> str:
-    """From the first "(" to the first ")" after it, or to the line's end; "" without "(".
+def _in_parentheses(line: str, balanced: bool) -> str:
+    """From the first "(" to the first ")" after it (or the one closing it), else to the line's end;
+    "" without "(".
 
     The reference slices ``line[find("(") + 1 : find(")")]``; where a "(" or ")" is missing that
     slice is not an answer (the line's start, or the answer's last character dropped)."""
     opened = line.find("(")
     if opened < 0:
         return ""
-    closed = line.find(")", opened + 1)
-    return line[opened + 1 : closed if closed >= 0 else len(line)]
+    depth = 0
+    for i in range(opened + 1, len(line)):
+        if line[i] == "(" and balanced:
+            depth += 1
+        elif line[i] == ")":
+            if depth == 0:
+                return line[opened + 1 : i]
+            depth -= 1
+    return line[opened + 1 :]
 
 
 def _unquoted(answer: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -44,6 +44,12 @@ class LLMCompilerConfig(ToolConfig):
         "(ast.literal_eval of the whole text; a list or tuple spreads into positional arguments; "
         "anything else, key=\"value\" included, is one string), 'python' as a Python call "
         "(keyword arguments; a list stays one argument)",
+    )
+    join_answer: Literal["reference", "balanced"] = Field(
+        default="reference",
+        description="the answer in the joiner's Finish(...): 'reference' up to the first ')' as the "
+        "reference code (so 'Finish((1 + 2) * 8)' gives '(1 + 2'), 'balanced' up to the ')' that "
+        "closes the first '(' (answers that are expressions, e.g. Game of 24)",
     )
     planner_temperature: float = Field(default=0.0, ge=0)
     max_plan_tokens: int = Field(default=512, gt=0)
@@ -113,7 +119,8 @@ class LLMCompiler(ToolStrategy[LLMCompilerConfig]):
             max_tokens=self.config.max_join_tokens,
         )
         done.joiner = await ctx.sample(request, label="joiner", parents=[s.id for s in done.spans.values()])
-        done.decision = prompts.parse_join(done.joiner.text) if done.joiner.is_ok else None
+        balanced = self.config.join_answer == "balanced"
+        done.decision = prompts.parse_join(done.joiner.text, balanced=balanced) if done.joiner.is_ok else None
         return done
 
     async def _plan_and_execute(

@@ -281,3 +281,20 @@ async def test_a_refused_action_is_an_observation_the_joiner_reads_then_it_repla
     first_join = next(r for r in seen if r.messages and "Finish(" in r.messages[0].content)
     assert "Error: there is no tool 'search'" in first_join.messages[-1].content  # type: ignore[index]
     assert "Observation: 5" in first_join.messages[-1].content  # type: ignore[index]
+
+
+def test_an_answer_with_parentheses_ends_at_the_first_close_unless_balanced() -> None:
+    reply = "Thought: t\nAction: Finish((10 - 6) * 5 + 4)"
+    assert parse_join(reply).answer == ref_parse_joiner(reply)[1] == "(10 - 6"
+    assert parse_join(reply, balanced=True).answer == "(10 - 6) * 5 + 4"  # join_answer="balanced"
+    assert parse_join("Action: Finish(f(x) (y)) z", balanced=True).answer == "f(x) (y)"
+
+
+@pytest.mark.parametrize(("text", "deps"), [('2. calculator("5")\n3. join()', (2,))])
+def test_a_gap_before_join_crashes_the_reference_and_paragen_joins_what_there_is(
+    text: str, deps: tuple[int, ...]
+) -> None:
+    with pytest.raises(RefCrash):
+        ref_check_runnable(ref_parse_whole(text, TOOLS))
+    plan = parse_plan(text, TOOLS)
+    assert plan.ok and plan.tasks[-1].deps == deps
