@@ -52,11 +52,13 @@ class TaskFetchingUnit:
                 actions.start(self._run_task, task)
 
     async def _run_task(self, task: Task) -> None:
-        if task.refused is None:  # a refused action waits for nothing: it does not run
+        if task.refused is not None:  # not run, so no tool call: its observation says why
+            task.error, task.observation = task.refused, f"Error: {task.refused}"
+        else:
             for dep in task.deps:
                 await self._done[dep].wait()
-        if not task.is_join:
-            await self._call(task)
+            if not task.is_join:
+                await self._call(task)
         self._done[task.idx].set()
 
     async def _call(self, task: Task) -> None:
@@ -76,8 +78,6 @@ class TaskFetchingUnit:
         self, task: Task, args: tuple[object, ...], kwargs: dict[str, object], span: Trace
     ) -> str:
         """The tool's output, or the error as text: a failed action informs the joiner, not ends the run."""
-        if task.refused is not None:
-            return self._failed(task, span, task.refused)
         tool = self.tools[task.name]
         try:
             with anyio.fail_after(self.tool_timeout_s):
