@@ -8,9 +8,19 @@ A plan is numbered lines, one action each, ending with ``join()`` and an end mar
     3. calculator("$1 - ${2}")
     4. join()<END_OF_PLAN>
 
-``$k`` / ``${k}`` stands for the observation of action k; an action depends on every action
-it references, and ``join()`` on every action before it. Ids strictly increase. The parser is
-pure (no event loop): :meth:`PlanParser.feed` takes the text generated so far and returns the
+The parser reads what the reference code (SqueezeAILab/LLMCompiler, ``output_parser.py`` and the
+streaming parser of ``planner.py``) reads: a line ``<id>. <tool>(<arguments>)`` is an action, its
+arguments everything between the first ``(`` and the last ``)`` of the line (so a trailing
+``# comment`` is dropped); ``Thought: ...`` attaches to the next action; every other line (prose,
+code fences) is skipped; nothing after ``join()`` is read. ``$k`` / ``${k}`` stands for the
+observation of action k; an action depends on the actions it references with a smaller id, and
+``join()`` on every action before it. A reference to the action's own or a later id is no
+dependency: it stays in the text, as in the reference code.
+
+Where the reference code crashes (a tool it does not know, a reference to a smaller id that no
+action above has: its scheduler raises ``KeyError``), paragen refuses that one action: it is not
+run, and its observation is one line saying why, so the joiner sees it and may replan. The parser
+is pure (no event loop): :meth:`PlanParser.feed` takes the text generated so far and returns the
 actions whose lines became complete, so execution can start while the plan is still written.
 """
 
@@ -25,27 +35,23 @@ from typing import Any, Literal
 END_OF_PLAN = "<END_OF_PLAN>"
 JOIN = "join"
 
-_ACTION = re.compile(r"^(\d+)\s*\.\s*([A-Za-z_]\w*)\s*\((.*)\)\s*[.;,]?$")
+# The reference's action pattern, read at the start of a line: one space after the dot, the
+# arguments up to the line's last ")" (whatever follows it, a comment say, is dropped).
+_ACTION = re.compile(r"^(\d+)\. (\w+)\((.*)\)")
 _THOUGHT = re.compile(r"^Thought\s*:\s*(.*)$", re.IGNORECASE)
 _REF = re.compile(r"\$\{(\d+)\}|\$(\d+)(?!\d)")
-_IGNORED = re.compile(r"^(```\w*|plan:?|current plan:?|#+\s*plan:?)$", re.IGNORECASE)
 
-ErrorKind = Literal[
-    "unknown_tool",
-    "cycle",
-    "forward_reference",
-    "missing_reference",
-    "two_joins",
-    "action_after_join",
-    "bad_id",
-    "junk",
-    "empty_plan",
-]
+ArgumentStyle = Literal["reference", "python"]
+ProblemKind = Literal["unknown_tool", "missing_reference", "duplicate_id", "planner_failed"]
 
 
 @dataclass
 class Task:
-    """One action of a plan; ``observation`` is filled in when it has run."""
+    """One action of a plan; ``observation`` is filled in when it has run.
+
+    ``refused`` says, in one line, why paragen does not run an action the reference code would
+    crash on; such an action's observation is that line.
+    """
 
     idx: int
     name: str
@@ -56,6 +62,7 @@ class Task:
     thought: str | None = None
     observation: str | None = None
     error: str | None = None
+    refused: str | None = None
 
     @property
     def is_join(self) -> bool:
@@ -64,9 +71,9 @@ class Task:
 
 @dataclass(frozen=True)
 class PlanError:
-    """Why a plan is malformed, pointing at the offending line (1-based)."""
+    """A line paragen refuses (or a planner that failed), pointing at it (1-based line number)."""
 
-    kind: ErrorKind
+    kind: ProblemKind
     line_no: int
     line: str
     message: str
@@ -81,22 +88,36 @@ def references(text: str) -> list[int]:
 
 
 def substitute(value: Any, observations: Mapping[int, str]) -> Any:
-    """Replace every reference in ``value`` (strings, nested in lists/tuples/dicts) by its observation.
+    """Replace the references in ``value`` (strings, nested in lists and tuples) by observations.
 
-    One pass with one pattern, so ``$12`` is never read as ``$1`` followed by "2", and an
-    observation that itself contains "$3" is not substituted again.
+    Only ids in ``observations`` (the action's dependencies) are replaced; any other reference
+    stays as written. As in the reference code, dicts are passed as they are. One pass with one
+    pattern, so ``$12`` is never read as ``$1`` followed by "2", and an observation that itself
+    contains "$3" is not substituted again.
     """
     if isinstance(value, str):
-        return _REF.sub(lambda m: observations[int(m[1] or m[2])], value)
+        return _REF.sub(lambda m: observations.get(int(m[1] or m[2]), m[0]), value)
     if isinstance(value, list | tuple):
         return type(value)(substitute(v, observations) for v in value)
-    if isinstance(value, dict):
-        return {k: substitute(v, observations) for k, v in value.items()}
     return value
 
 
+def reference_arguments(raw: str) -> tuple[Any, ...]:
+    """The reference code's reading: ``ast.literal_eval`` of the whole text; a list or a tuple is
+    the positional arguments, any other value is one; text that is no literal (``$1 + $2``
+    unquoted, ``key="value"``) is one string argument, as written. No keyword arguments."""
+    if raw == "":
+        return ()
+    try:
+        value = ast.literal_eval(raw)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return (raw,)
+    return tuple(value) if isinstance(value, list | tuple) else (value,)
+
+
 def parse_arguments(raw: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Python-literal arguments; anything else (``$1 + $2`` unquoted) becomes one string argument."""
+    """Python call syntax: literal positional and keyword arguments (a list stays one argument);
+    anything else (``$1 + $2`` unquoted) becomes one string argument."""
     if not raw.strip():
         return (), {}
     try:
@@ -105,31 +126,28 @@ def parse_arguments(raw: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         args = tuple(ast.literal_eval(a) for a in call.args)
         kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg is not None}
         return args, kwargs
-    except (SyntaxError, ValueError, TypeError, AssertionError, RecursionError):
+    except (SyntaxError, ValueError, TypeError, AssertionError, MemoryError, RecursionError):
         return (raw.strip(),), {}
 
 
 class PlanParser:
     """Incremental parser: feed it the planner's text so far, get back the newly complete actions.
 
-    Problems are collected in ``errors`` (the first one makes the plan malformed; the
-    strategy stops dispatching at once). ``done`` is set by the end marker.
+    ``problems`` lists the lines refused (one line each); ``skipped`` the lines that are neither an
+    action nor a thought. ``done`` is set by ``join()`` or the end marker: nothing after is read.
     """
 
-    def __init__(self, tools: Collection[str]) -> None:
+    def __init__(self, tools: Collection[str], *, arguments: ArgumentStyle = "reference") -> None:
         self.tools = set(tools)
+        self.arguments = arguments
         self.tasks: dict[int, Task] = {}
-        self.rejected: list[Task] = []
-        self.errors: list[PlanError] = []
+        self.problems: list[PlanError] = []
+        self.skipped: list[str] = []
         self.thoughts: list[str] = []
         self.done = False
         self._pos = 0
         self._line_no = 0
         self._pending_thought: str | None = None
-
-    @property
-    def joined(self) -> bool:
-        return any(t.is_join for t in self.tasks.values())
 
     def feed(self, text: str) -> list[Task]:
         """Parse the complete lines of ``text`` (everything generated so far) not parsed before."""
@@ -140,18 +158,13 @@ class PlanParser:
         return [t for line in chunk.splitlines() if (t := self._line(line)) is not None]
 
     def close(self, text: str) -> list[Task]:
-        """The planner has finished: parse the last (unterminated) line and check the plan as a whole."""
+        """The planner has finished: parse the last (unterminated) line."""
         fresh = self.feed(text)
         if not self.done and self._pos < len(text):
             last, self._pos = text[self._pos :], len(text)
             task = self._line(last)
             fresh += [task] if task is not None else []
-        if not self.tasks and not self.errors:
-            self._error("empty_plan", "", "the plan has no actions")
-        self._relabel_forward()
         return fresh
-
-    # -- one line --------------------------------------------------------------------------------
 
     def _line(self, raw: str) -> Task | None:
         if self.done:
@@ -160,7 +173,7 @@ class PlanParser:
         line = raw.strip()
         if END_OF_PLAN in line:
             line, self.done = line[: line.index(END_OF_PLAN)].strip(), True
-        if not line or _IGNORED.match(line):
+        if not line:
             return None
         thought = _THOUGHT.match(line)
         if thought:
@@ -169,123 +182,80 @@ class PlanParser:
             return None
         action = _ACTION.match(line)
         if action is None:
-            self._error("junk", line, "not an action, a thought or the end marker")
+            self.skipped.append(line)
             return None
         return self._action(int(action[1]), action[2], action[3], line)
 
     def _action(self, idx: int, name: str, raw: str, line: str) -> Task | None:
+        if idx in self.tasks:
+            self._problem("duplicate_id", line, f"id {idx} is already action {self.tasks[idx].line!r}")
+            return None
         task = Task(idx=idx, name=name, line=line, thought=self._pending_thought)
         self._pending_thought = None
-        if not self._check_order(task):
-            return None
         if task.is_join:
-            task.deps = tuple(sorted(self.tasks))
+            task.deps = tuple(self.tasks)
+            self.done = True  # the reference reads nothing after join()
         else:
-            task.args, task.kwargs = parse_arguments(raw)
-            task.deps = tuple(dict.fromkeys(references(raw)))
-            if not self._check_action(task):
-                return None
+            task.args, task.kwargs = self._arguments(raw)
+            wanted = sorted({d for d in references(raw) if d < idx})
+            task.deps = tuple(d for d in wanted if d in self.tasks)
+            task.refused = self._refusal(task, [d for d in wanted if d not in self.tasks])
         self.tasks[idx] = task
         return task
 
-    def _check_order(self, task: Task) -> bool:
-        if self.joined:
-            kind: ErrorKind = "two_joins" if task.is_join else "action_after_join"
-            self._error(kind, task.line, "join() must be the last action, and only one")
-        elif self.tasks and task.idx <= max(self.tasks):
-            self._error("bad_id", task.line, f"id {task.idx} does not increase (last was {max(self.tasks)})")
-        else:
-            return True
-        return False
+    def _arguments(self, raw: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if self.arguments == "python":
+            return parse_arguments(raw)
+        return reference_arguments(raw), {}
 
-    def _check_action(self, task: Task) -> bool:
+    def _refusal(self, task: Task, missing: list[int]) -> str | None:
         if task.name not in self.tools:
             known = ", ".join(sorted(self.tools))
-            self._error("unknown_tool", task.line, f"no tool named {task.name!r} (tools: {known})")
-        elif task.idx in task.deps:
-            self._error("cycle", task.line, f"action {task.idx} depends on itself")
-        elif any(d > task.idx for d in task.deps):
-            self._error("forward_reference", task.line, f"refers to a later action ({_later(task)})")
-        elif any(d not in self.tasks for d in task.deps):
-            missing = [d for d in task.deps if d not in self.tasks]
-            self._error("missing_reference", task.line, f"refers to actions that do not exist: {missing}")
-        else:
-            return True
-        self.rejected.append(task)
-        return False
+            return self._problem(
+                "unknown_tool", task.line, f"there is no tool {task.name!r} (tools: {known})"
+            )
+        if missing:
+            ids = ", ".join(f"${d}" for d in missing)
+            return self._problem("missing_reference", task.line, f"no action above it has the id of {ids}")
+        return None
 
-    def _error(self, kind: ErrorKind, line: str, message: str) -> None:
-        self.errors.append(PlanError(kind, self._line_no, line, message))
-
-    def _relabel_forward(self) -> None:
-        """Seen whole, a forward reference is a cycle (it leads back) or a reference to nothing."""
-        graph = {t.idx: set(t.deps) for t in [*self.tasks.values(), *self.rejected]}
-        for i, err in enumerate(self.errors):
-            idx = _leading_id(err.line)
-            if err.kind != "forward_reference" or idx is None:
-                continue
-            if _reaches(graph, idx, idx):
-                self.errors[i] = PlanError(
-                    "cycle", err.line_no, err.line, f"action {idx} is on a dependency cycle"
-                )
-            elif any(d not in graph for d in graph.get(idx, ())):
-                missing = sorted(d for d in graph[idx] if d not in graph)
-                self.errors[i] = PlanError(
-                    "missing_reference", err.line_no, err.line, f"no actions {missing}"
-                )
-
-
-def _later(task: Task) -> str:
-    return ", ".join(f"${d}" for d in task.deps if d > task.idx)
-
-
-def _leading_id(line: str) -> int | None:
-    found = _ACTION.match(line)
-    return int(found[1]) if found else None
-
-
-def _reaches(graph: dict[int, set[int]], start: int, target: int) -> bool:
-    seen: set[int] = set()
-    stack = list(graph.get(start, ()))
-    while stack:
-        node = stack.pop()
-        if node == target:
-            return True
-        if node not in seen:
-            seen.add(node)
-            stack.extend(graph.get(node, ()))
-    return False
+    def _problem(self, kind: ProblemKind, line: str, message: str) -> str:
+        self.problems.append(PlanError(kind, self._line_no, line, message))
+        return message
 
 
 @dataclass
 class Plan:
-    """A whole plan as parsed: its actions in order, its thoughts, and what is wrong with it."""
+    """A whole plan as parsed: its actions in order, its thoughts, the lines refused and skipped."""
 
     tasks: list[Task]
-    errors: list[PlanError]
+    problems: list[PlanError]
     thoughts: list[str]
+    skipped: list[str]
 
     @property
     def ok(self) -> bool:
-        return not self.errors
+        return not self.problems
 
 
-def parse_plan(text: str, tools: Collection[str]) -> Plan:
+def parse_plan(text: str, tools: Collection[str], *, arguments: ArgumentStyle = "reference") -> Plan:
     """Parse a whole plan at once (the non-streaming mode); same rules as the streaming parser."""
-    parser = PlanParser(tools)
+    parser = PlanParser(tools, arguments=arguments)
     parser.close(text)
-    return Plan(list(parser.tasks.values()), parser.errors, parser.thoughts)
+    return Plan(list(parser.tasks.values()), parser.problems, parser.thoughts, parser.skipped)
 
 
 __all__ = [
     "END_OF_PLAN",
     "JOIN",
+    "ArgumentStyle",
     "Plan",
     "PlanError",
     "PlanParser",
     "Task",
     "parse_arguments",
     "parse_plan",
+    "reference_arguments",
     "references",
     "substitute",
 ]

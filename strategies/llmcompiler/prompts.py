@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from paragen.types import ChatMessage
-from strategies.llmcompiler.plan import END_OF_PLAN, PlanError, Task
+from strategies.llmcompiler.plan import END_OF_PLAN, Task
 from strategies.llmcompiler.tools import Tool
 
 PLANNER_RULES = f"""Rules:
@@ -92,9 +91,11 @@ def scratchpad(tasks: Iterable[Task]) -> str:
     return "\n".join(lines)
 
 
-def joiner_messages(question: str, pad: str, *, final: bool) -> list[ChatMessage]:
+def joiner_messages(question: str, pads: Sequence[str], *, final: bool) -> list[ChatMessage]:
+    """The joiner reads every round's scratchpad, oldest first, as the reference's does."""
     system = JOINER_SYSTEM + ("\n" + FINAL_ROUND if final else "")
-    user = f"Question: {question}\n\nResults:\n{pad or '(no actions were run)'}"
+    results = "\n\n".join(p for p in pads if p)
+    user = f"Question: {question}\n\nResults:\n{results or '(no actions were run)'}"
     return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=user)]
 
 
@@ -103,9 +104,9 @@ def previous_plan(pad: str, thought: str) -> str:
     return f"Previous Plan:\n\n{pad}\n\nThought: {thought}\n"
 
 
-def malformed_plan(text: str, errors: list[PlanError]) -> str:
-    listing = "\n".join(f"- {e}" for e in errors)
-    return f"Previous Plan (malformed, so it was not run):\n\n{text.strip()}\n\nProblems:\n{listing}\n"
+def failed_plan(text: str, why: str) -> str:
+    """A round whose planner failed: what it wrote, and why it was not run."""
+    return f"Previous Plan (not run: {why}):\n\n{text.strip()}\n"
 
 
 def replan_context(contexts: list[str]) -> str:
@@ -114,28 +115,53 @@ def replan_context(contexts: list[str]) -> str:
 
 @dataclass(frozen=True)
 class JoinDecision:
-    """What the joiner said: its thought, and an answer (Finish) or a request to replan."""
+    """What the joiner said: its thought, its answer (the text in the action's parentheses; None
+    when empty) and whether it asked to replan."""
 
     thought: str
     answer: str | None
     replan: bool
 
 
-_THOUGHT = re.compile(r"Thought\s*:\s*(.*)", re.IGNORECASE)
-_ACTION = re.compile(r"Action\s*:\s*(Finish|Replan)\s*\((.*)\)", re.IGNORECASE | re.DOTALL)
+def parse_join(text: str, *, balanced: bool = False) -> JoinDecision:
+    """The reference code's reading of the joiner's reply, line by line: the last line starting
+    with ``Action:`` decides (a replan when it contains "Replan", else a finish, its answer the
+    text from the first "(" to the first ")" after it, or with ``balanced`` to the ")" closing that
+    "("); the last line starting with ``Thought:`` is the thought. A reply with no ``Action:``
+    line finishes with no answer."""
+    thought, answer, replan = "", "", False
+    for line in text.split("\n"):
+        if line.startswith("Action:"):
+            answer, replan = _in_parentheses(line, balanced), "Replan" in line
+        elif line.startswith("Thought:"):
+            thought = line.split("Thought:")[1].strip()
+    return JoinDecision(thought, _unquoted(answer.strip()) or None, replan)
 
 
-def parse_join(text: str) -> JoinDecision:
-    """Read "Thought: ..." and "Action: Finish(answer)" / "Action: Replan(...)"; anything else replans."""
-    thought = _THOUGHT.search(text)
-    thought_text = thought.group(1).strip() if thought else text.strip().split("\n")[0]
-    actions = list(_ACTION.finditer(text))
-    if not actions:
-        return JoinDecision(thought_text, None, True)
-    last = actions[-1]
-    if last.group(1).lower() == "replan":
-        return JoinDecision(thought_text, None, True)
-    return JoinDecision(thought_text, clean_answer(last.group(2)), False)
+def _in_parentheses(line: str, balanced: bool) -> str:
+    """From the first "(" to the first ")" after it (or the one closing it), else to the line's end;
+    "" without "(".
+
+    The reference slices ``line[find("(") + 1 : find(")")]``; where a "(" or ")" is missing that
+    slice is not an answer (the line's start, or the answer's last character dropped)."""
+    opened = line.find("(")
+    if opened < 0:
+        return ""
+    depth = 0
+    for i in range(opened + 1, len(line)):
+        if line[i] == "(" and balanced:
+            depth += 1
+        elif line[i] == ")":
+            if depth == 0:
+                return line[opened + 1 : i]
+            depth -= 1
+    return line[opened + 1 :]
+
+
+def _unquoted(answer: str) -> str:
+    if len(answer) >= 2 and answer[0] == answer[-1] and answer[0] in "\"'":
+        return answer[1:-1]
+    return answer
 
 
 def clean_answer(raw: str) -> str | None:
@@ -150,8 +176,8 @@ def clean_answer(raw: str) -> str | None:
 __all__ = [
     "JoinDecision",
     "clean_answer",
+    "failed_plan",
     "joiner_messages",
-    "malformed_plan",
     "parse_join",
     "planner_messages",
     "previous_plan",

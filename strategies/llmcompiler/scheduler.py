@@ -52,15 +52,19 @@ class TaskFetchingUnit:
                 actions.start(self._run_task, task)
 
     async def _run_task(self, task: Task) -> None:
-        for dep in task.deps:
-            await self._done[dep].wait()
-        if not task.is_join:
-            await self._call(task)
+        if task.refused is not None:  # not run, so no tool call: its observation says why
+            task.error, task.observation = task.refused, f"Error: {task.refused}"
+        else:
+            for dep in task.deps:
+                await self._done[dep].wait()
+            if not task.is_join:
+                await self._call(task)
         self._done[task.idx].set()
 
     async def _call(self, task: Task) -> None:
         observations = {d: self.tasks[d].observation or "" for d in task.deps}
-        args, kwargs = substitute(task.args, observations), substitute(task.kwargs, observations)
+        args = substitute(task.args, observations)
+        kwargs = {k: substitute(v, observations) for k, v in task.kwargs.items()}
         parents = [*self.parents, *(self.spans[d].id for d in task.deps if d in self.spans)]
         async with self.ctx.tool_span(
             f"tool:{task.name}", idx=task.idx, args=list(args), kwargs=kwargs

@@ -2,16 +2,18 @@
 
 One round: the planner streams a numbered plan; each action is dispatched to the task
 fetching unit as soon as its line is complete; when the plan and every action are done,
-the joiner reads the observations and answers or asks for a new plan, whose prompt then
-carries the previous plan, its observations and the joiner's thought.
+the joiner reads the observations of this round and every earlier one (the reference's
+scratchpad) and answers or asks for a new plan, whose prompt then carries the previous plans,
+their observations and the joiner's thoughts. The rules of each decision follow the reference
+code (SqueezeAILab/LLMCompiler); docs/faithfulness.md lists them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -21,7 +23,7 @@ from paragen import LiveSample, RunContext
 from paragen.types import Problem, StrategyResult, Trace
 from strategies.llmcompiler import prompts
 from strategies.llmcompiler.base import ToolConfig, ToolStrategy
-from strategies.llmcompiler.plan import END_OF_PLAN, PlanError, PlanParser, Task
+from strategies.llmcompiler.plan import END_OF_PLAN, ArgumentStyle, PlanError, PlanParser, Task
 from strategies.llmcompiler.scheduler import TaskFetchingUnit, critical_path_s
 from strategies.llmcompiler.tools import Tool
 
@@ -36,6 +38,19 @@ class LLMCompilerConfig(ToolConfig):
     stream_plan: bool = Field(
         default=True, description="dispatch each action as soon as its line is complete"
     )
+    arguments: ArgumentStyle = Field(
+        default="reference",
+        description="how an action's arguments reach its tool: 'reference' as the reference code "
+        "(ast.literal_eval of the whole text; a list or tuple spreads into positional arguments; "
+        "anything else, key=\"value\" included, is one string), 'python' as a Python call "
+        "(keyword arguments; a list stays one argument)",
+    )
+    join_answer: Literal["reference", "balanced"] = Field(
+        default="reference",
+        description="the answer in the joiner's Finish(...): 'reference' up to the first ')' as the "
+        "reference code (so 'Finish((1 + 2) * 8)' gives '(1 + 2'), 'balanced' up to the ')' that "
+        "closes the first '(' (answers that are expressions, e.g. Game of 24)",
+    )
     planner_temperature: float = Field(default=0.0, ge=0)
     max_plan_tokens: int = Field(default=512, gt=0)
     max_join_tokens: int = Field(default=256, gt=0)
@@ -48,12 +63,17 @@ class Round:
     planner: Trace
     tasks: dict[int, Task]
     spans: dict[int, Trace]
-    errors: list[PlanError]
+    problems: list[PlanError]  # lines refused (the round still runs the rest and is joined)
     started: float
     executed: float  # when the last action (or the planner) finished
+    failure: str | None = None  # the planner failed: no plan, no join
     joiner: Trace | None = None
     decision: prompts.JoinDecision | None = None
-    notes: list[str] = field(default_factory=list)
+
+    @property
+    def pad(self) -> str:
+        """Thought / action / observation of every action, in the order the planner wrote them."""
+        return prompts.scratchpad(self.tasks.values())
 
 
 class LLMCompiler(ToolStrategy[LLMCompilerConfig]):
@@ -68,37 +88,44 @@ class LLMCompiler(ToolStrategy[LLMCompilerConfig]):
         rounds: list[Round] = []
         for i in range(self.config.max_replans):
             final = i == self.config.max_replans - 1
-            done = await self._round(problem, ctx, tools, contexts, final)
+            done = await self._round(problem, ctx, tools, contexts, [r.pad for r in rounds], final)
             rounds.append(done)
-            if done.decision is not None and not done.decision.replan:
-                return self._finish(ctx, rounds, done.decision.answer)
+            decision = done.decision
+            # as the reference: in the last round a Replan is an answer too, its text in parentheses
+            if decision is not None and (final or not decision.replan):
+                return self._finish(ctx, rounds, decision.answer)
             contexts.append(_context_of(done))
-            ctx.emit("llmcompiler.replan", round=i + 1, errors=[str(e) for e in done.errors])
+            ctx.emit("llmcompiler.replan", round=i + 1, problems=[str(e) for e in done.problems])
         return self._fail(ctx, rounds)
 
     async def _round(
-        self, problem: Problem, ctx: RunContext, tools: Mapping[str, Tool], contexts: list[str], final: bool
+        self,
+        problem: Problem,
+        ctx: RunContext,
+        tools: Mapping[str, Tool],
+        contexts: list[str],
+        earlier_pads: list[str],
+        final: bool,
     ) -> Round:
         started = ctx.now()
-        planner, tfu, errors = await self._plan_and_execute(problem, ctx, tools, contexts)
-        done = Round(planner, tfu.tasks, tfu.spans, errors, started, ctx.now())
-        if errors:
-            return done  # a malformed plan is not joined: it is replanned or it fails
-        pad = prompts.scratchpad(t for _, t in sorted(done.tasks.items()))
+        planner, tfu, parser = await self._plan_and_execute(problem, ctx, tools, contexts)
+        done = Round(planner, tfu.tasks, tfu.spans, parser.problems, started, ctx.now())
+        if planner.status == "error":
+            done.failure = f"the planner failed: {planner.error}"
+            return done  # no plan to join: it is replanned or the run fails
         request = ctx.request(
-            messages=prompts.joiner_messages(problem.question, pad, final=final),
+            messages=prompts.joiner_messages(problem.question, [*earlier_pads, done.pad], final=final),
             temperature=0.0,
             max_tokens=self.config.max_join_tokens,
         )
         done.joiner = await ctx.sample(request, label="joiner", parents=[s.id for s in done.spans.values()])
-        done.decision = prompts.parse_join(done.joiner.text) if done.joiner.is_ok else None
-        if done.decision is not None and final and done.decision.replan:
-            done.notes.append("the joiner asked to replan in the final round")
+        balanced = self.config.join_answer == "balanced"
+        done.decision = prompts.parse_join(done.joiner.text, balanced=balanced) if done.joiner.is_ok else None
         return done
 
     async def _plan_and_execute(
         self, problem: Problem, ctx: RunContext, tools: Mapping[str, Tool], contexts: list[str]
-    ) -> tuple[Trace, TaskFetchingUnit, list[PlanError]]:
+    ) -> tuple[Trace, TaskFetchingUnit, PlanParser]:
         messages = prompts.planner_messages(problem.question, tools, prompts.replan_context(contexts))
         request = ctx.request(
             messages=messages,
@@ -106,16 +133,13 @@ class LLMCompiler(ToolStrategy[LLMCompilerConfig]):
             max_tokens=self.config.max_plan_tokens,
             stop=(END_OF_PLAN,),
         )
-        parser = PlanParser(tools)
+        parser = PlanParser(tools, arguments=self.config.arguments)
         send, receive = anyio.create_memory_object_stream[Task](math.inf)
         tfu = TaskFetchingUnit(ctx, tools, tool_timeout_s=self.config.tool_timeout_s)
         async with ctx.concurrently() as children:
             children.start(tfu.run, receive)
             planner = await self._plan(ctx, request, parser, send, tfu)
-        errors = list(parser.errors)
-        if planner.status == "error":
-            errors.append(PlanError("empty_plan", 0, "", f"the planner failed: {planner.error}"))
-        return planner, tfu, errors
+        return planner, tfu, parser
 
     async def _plan(
         self,
@@ -127,25 +151,22 @@ class LLMCompiler(ToolStrategy[LLMCompilerConfig]):
     ) -> Trace:
         def dispatch(tasks: list[Task]) -> None:
             for task in tasks:
-                if not parser.errors:  # after the first problem nothing more is started
-                    send.send_nowait(task)
+                send.send_nowait(task)
 
         def monitor(live: LiveSample) -> str | None:
             if self.config.stream_plan:
                 dispatch(parser.feed(live.text()))
-            if parser.errors:
-                tfu.cancel()
-                return "malformed plan"
-            return None
+            # the reference's task fetching unit stops listening at join(): nothing after counts
+            return "plan complete" if parser.done and self.config.stream_plan else None
 
         with send:
             async with ctx.fanout(request, n=1, label="planner", monitor=monitor) as fan:
                 tfu.parents = [t.id for t in fan.traces]
                 planner = await _only(fan)
-            if not parser.errors:  # else the planner was cut off mid-line: its tail is not a plan line
-                dispatch(parser.close(planner.text))
-            if parser.errors or planner.status == "error":
+            if planner.status == "error":
                 tfu.cancel()
+            else:
+                dispatch(parser.close(planner.text))
         return planner
 
     def _finish(self, ctx: RunContext, rounds: list[Round], answer: str | None) -> StrategyResult:
@@ -155,12 +176,11 @@ class LLMCompiler(ToolStrategy[LLMCompilerConfig]):
 
     def _fail(self, ctx: RunContext, rounds: list[Round]) -> StrategyResult:
         last = rounds[-1]
-        if last.errors:
-            why = "malformed plan: " + "; ".join(str(e) for e in last.errors[:3])
-        elif last.joiner is not None and not last.joiner.is_ok:
-            why = f"the joiner failed: {last.joiner.error or last.joiner.status}"
+        if last.failure is not None:
+            why = f"malformed plan: {last.failure}"  # the planner's text was cut: there is no plan
         else:
-            why = "the joiner gave no Finish(answer)"
+            joiner = last.joiner
+            why = f"the joiner failed: {joiner.error or joiner.status}" if joiner else "the joiner failed"
         result = ctx.finish(None, text=why, metrics=_metrics(rounds))
         return result.model_copy(update={"stop_reason": "error", "error": why})
 
@@ -172,11 +192,10 @@ async def _only(fan: Any) -> Trace:
 
 
 def _context_of(done: Round) -> str:
-    if done.errors:
-        return prompts.malformed_plan(done.planner.text, done.errors)
-    pad = prompts.scratchpad(t for _, t in sorted(done.tasks.items()))
+    if done.failure is not None:
+        return prompts.failed_plan(done.planner.text, done.failure)
     thought = done.decision.thought if done.decision is not None else "the results were not enough"
-    return prompts.previous_plan(pad, thought)
+    return prompts.previous_plan(done.pad, thought)
 
 
 def _metrics(rounds: list[Round]) -> dict[str, float]:
@@ -189,7 +208,7 @@ def _metrics(rounds: list[Round]) -> dict[str, float]:
         "replans": float(len(rounds) - 1),
         "num_tasks": float(sum(1 for r in rounds for t in r.tasks.values() if not t.is_join)),
         "tool_errors": float(sum(1 for s in spans if s.status == "error")),
-        "plan_errors": float(sum(len(r.errors) for r in rounds)),
+        "plan_errors": float(sum(len(r.problems) + (r.failure is not None) for r in rounds)),
         "tool_time_s": tool_time,
         "dag_critical_path_s": sum(critical_path_s(r.tasks, r.spans) for r in rounds),
         "planner_s": planner_s,

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
-from llmc_helpers import TOOLBOX, backend
+from llmc_helpers import TOOLBOX, backend, role_responder
 
-from paragen.backends.scripted import ScriptedBackend
+from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.orchestrator import Orchestrator
 from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
 from strategies.llmcompiler import LLMCompiler
@@ -105,50 +105,42 @@ async def test_joiner_replan_carries_the_previous_plan_observations_and_thought(
 
 
 @pytest.mark.anyio
-async def test_final_round_cannot_replan_and_fails_clearly() -> None:
+async def test_a_replan_in_the_final_round_is_the_answer() -> None:
     joins = ["Thought: not enough.\nAction: Replan(more)"]
     result = await run(
         LLMCompiler(toolbox=TOOLBOX, max_replans=1), backend(['1. wait(0, "x")\n2. join()'], joins)
     )
-    assert "Finish" in failure(result)
+    assert result.answer == "more"  # as the reference code: the last round cannot replan
 
 
 @pytest.mark.anyio
-async def test_malformed_plan_triggers_a_replan_that_says_what_was_wrong() -> None:
+async def test_a_failed_planner_is_replanned_with_what_it_wrote() -> None:
     seen: list[GenerateRequest] = []
-    plans = ['1. search("x")\n2. join()', '1. calculator("6 * 7")\n2. join()']
-    result = await run(LLMCompiler(toolbox=TOOLBOX, max_replans=2), backend(plans, [FINISH], seen=seen))
+    respond = role_responder(
+        ['1. wait(0, "x")\n2. jo', '1. calculator("6 * 7")\n2. join()'], [FINISH], seen=seen
+    )
+
+    def first_plan_fails(request: GenerateRequest, index: int) -> Script:
+        script = respond(request, index)
+        return script.model_copy(update={"fail": "http500"}) if len(seen) == 1 else script
+
+    result = await run(LLMCompiler(toolbox=TOOLBOX, max_replans=2), ScriptedBackend(first_plan_fails))
     assert result.answer == "42" and result.metrics["plan_errors"] == 1
-    users = [r.messages[-1].content for r in seen if r.messages]
-    context = next(text for text in users if "Previous Plan" in text)
-    assert "malformed" in context and "unknown_tool" in context and "search" in context
+    context = next(
+        r.messages[-1].content for r in seen if r.messages and "Previous Plan" in r.messages[-1].content
+    )
+    assert "not run: the planner failed" in context
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(
-    ("plan", "kind"),
-    [
-        ('1. calculator("$2")\n2. calculator("$1")\n3. join()', "forward_reference"),
-        ('1. calculator("1")\n2. join()\n3. join()', "two_joins"),
-        ('1. calculator("1")\nsome chatter\n2. join()', "junk"),
-        ('1. calculator("1")\n2. calculator("$9")\n3. join()', "forward_reference"),
-    ],
-)
-async def test_malformed_plan_in_the_last_round_fails_clearly_without_hanging(plan: str, kind: str) -> None:
-    result = await run(LLMCompiler(toolbox=TOOLBOX), backend([plan], [FINISH]))
-    assert kind in failure(result) and not any(t.label == "joiner" for t in result.traces)
-
-
-@pytest.mark.anyio
-async def test_a_malformed_line_stops_the_planner_and_the_running_actions_at_once() -> None:
-    plan = '1. wait(5, "slow")\n2. bogus(1)\n' + "\n".join(f'{i}. wait(0, "x")' for i in range(3, 200))
+async def test_join_ends_the_plan_and_stops_the_planner() -> None:
+    plan = '1. wait(0, "x")\n2. join()\n' + "\n".join(f'{i}. wait(5, "never")' for i in range(3, 200))
     start = anyio.current_time()
     result = await run(LLMCompiler(toolbox=TOOLBOX), backend([plan], [FINISH], token_delay=0.005))
-    assert anyio.current_time() - start < 1.0  # neither the 5 s action nor the long plan is waited for
+    assert anyio.current_time() - start < 1.0  # the rest of the plan is neither waited for nor run
     planner = next(t for t in result.traces if t.label == "planner")
-    assert planner.status == "pruned" and planner.cancel_reason == "malformed plan"
-    assert tools_of(result)[1].status == "cancelled"
-    assert "unknown_tool" in failure(result)
+    assert planner.status == "pruned" and planner.cancel_reason == "plan complete"
+    assert sorted(tools_of(result)) == [1] and result.answer == "42"
 
 
 @pytest.mark.anyio

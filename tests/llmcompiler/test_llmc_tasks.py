@@ -71,6 +71,7 @@ def test_game24_runs_by_name_through_paragen_eval(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = ["eval", "-t", "game24", "-s", "llmcompiler", "-b", f"scripted:{scripts}", "--limit", "2"]
     args += ["-O", 'llmcompiler.tools=["calculator"]', "--max-concurrent", "1", "--out", str(out)]
+    args += ["-O", "llmcompiler.join_answer=balanced"]  # the answer is an expression: "(10 - 6) * 5 + 4"
     args += ["--no-progress", "--no-plot"]
     code = "import sys; from paragen.cli import main; main(sys.argv[1:])"
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=240)
