@@ -110,7 +110,7 @@ class OpenAIBackend:
             continue_final=endpoint != "completions" and kind in ("vllm", "sglang"),
             tokenizer=kind in _TOKENIZE,
             tools=endpoint != "completions",
-            thinking=self.config.thinking,
+            thinking=self.config.thinking.format,
             thinking_budget=self.config.enforces_thinking_budgets and kind in THINKING_BUDGET_FIELD,
         )
 
