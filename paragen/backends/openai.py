@@ -15,7 +15,8 @@ abort the generation; SGLang additionally gets ``POST /abort_request``.
 
 Retries (connect errors, timeouts, 5xx, 429 with its Retry-After) move to another
 replica where there is one; a single-choice stream cut off mid-way is resumed from
-the text seen so far (see :mod:`paragen.backends.openai_stream`). With ``hedge_after_s``, a
+the text seen so far (see :mod:`paragen.backends.openai_resume`; the layers of one request are
+:mod:`paragen.backends.openai_stream`'s). With ``hedge_after_s``, a
 request whose first token is late goes to a second replica too, and the first copy to stream
 a token wins (see :mod:`paragen.backends.openai_hedge`).
 """
@@ -110,7 +111,7 @@ class OpenAIBackend:
             continue_final=endpoint != "completions" and kind in ("vllm", "sglang"),
             tokenizer=kind in _TOKENIZE,
             tools=endpoint != "completions",
-            thinking=self.config.thinking,
+            thinking=self.config.thinking.format,
             thinking_budget=self.config.enforces_thinking_budgets and kind in THINKING_BUDGET_FIELD,
         )
 

@@ -16,6 +16,58 @@ from paragen.reasoning import ThinkFormat
 from paragen.types import Model
 
 
+class ThinkingOptions(Model):
+    """How the model marks its thinking, and what the servers do about thinking."""
+
+    # How the model marks its thinking in its text where the server does not send it apart
+    # (see paragen.reasoning); "none": the whole text is the answer.
+    format: ThinkFormat = "think"
+    # The server enforces per-request thinking budgets (vLLM started with --reasoning-parser or
+    # --reasoning-config, SGLang with --enable-strict-thinking, llama-server): strategies then ask
+    # it for theirs (capabilities.thinking_budget) instead of forcing the end of thinking themselves.
+    budgets: bool = False
+    # A thinking budget sent on every request that sets none, in the server's own field
+    # (THINKING_BUDGET_FIELD); setting it says the server enforces budgets.
+    token_budget: int | None = Field(default=None, ge=0)
+    # A continued reply that holds thinking goes to vLLM as a raw completion of the server-rendered
+    # conversation plus the reply (paragen.backends.openai_render), not through the chat template.
+    raw_continuation: bool = True
+
+    @property
+    def enforces_budgets(self) -> bool:
+        """The servers take a thinking budget per request (see ``budgets``)."""
+        return self.budgets or self.token_budget is not None
+
+
+# The flat option names of the thinking options (as the command line and docs write them).
+_FLAT_THINKING = {
+    "thinking_budgets": "budgets",
+    "thinking_token_budget": "token_budget",
+    "raw_continuation": "raw_continuation",
+}
+
+
+def _group_thinking(values: Any) -> Any:
+    """``thinking=FORMAT`` and the flat names (``thinking_budgets=true``) as the ``thinking`` sub-config."""
+    if not isinstance(values, dict):
+        return values
+    given = values.get("thinking")
+    flat = {_FLAT_THINKING[k]: values[k] for k in _FLAT_THINKING if k in values}
+    if isinstance(given, str):
+        given = {"format": given}
+    if flat:
+        if isinstance(given, ThinkingOptions):
+            given = given.model_dump(exclude_unset=True)
+        given = given or {}
+        twice = sorted(set(flat) & set(given)) if isinstance(given, dict) else []
+        if twice:
+            raise ValueError(f"the thinking option {twice[0]!r} is given twice")
+        given = {**given, **flat} if isinstance(given, dict) else given
+    if "thinking" not in values and not flat:
+        return values
+    return {**{k: v for k, v in values.items() if k not in _FLAT_THINKING}, "thinking": given}
+
+
 class OpenAIConfig(Model):
     """Options of :class:`OpenAIBackend` (``--backend openai:URL`` gives ``base_url``)."""
 
@@ -45,24 +97,19 @@ class OpenAIConfig(Model):
     priority: int | None = None
     repetition_detection: RepetitionDetection | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)  # server extras: ignore_eos, min_p, ...
-    # How the model marks its thinking in its text where the server does not send it apart
-    # (see paragen.reasoning); "none": the whole text is the answer.
-    thinking: ThinkFormat = "think"
-    # The server enforces per-request thinking budgets (vLLM started with --reasoning-parser or
-    # --reasoning-config, SGLang with --enable-strict-thinking, llama-server): strategies then ask
-    # it for theirs (capabilities.thinking_budget) instead of forcing the end of thinking themselves.
-    thinking_budgets: bool = False
-    # A thinking budget sent on every request that sets none, in the server's own field
-    # (THINKING_BUDGET_FIELD); setting it says the server enforces budgets.
-    thinking_token_budget: int | None = Field(default=None, ge=0)
-    # A continued reply that holds thinking goes to vLLM as a raw completion of the server-rendered
-    # conversation plus the reply (paragen.backends.openai_render), not through the chat template.
-    raw_continuation: bool = True
+    # How the model thinks and what the servers do about it (see ThinkingOptions). On the command
+    # line a format alone (thinking=think_open) or the flat names (thinking_budgets=true, ...) do.
+    thinking: ThinkingOptions = Field(default_factory=ThinkingOptions)
 
     @model_validator(mode="before")
     @classmethod
     def _credentials_out_of_urls(cls, values: Any) -> Any:
         return move_url_credentials(values)  # a URL is shown and recorded; a key never is
+
+    @model_validator(mode="before")
+    @classmethod
+    def _thinking_options(cls, values: Any) -> Any:
+        return _group_thinking(values)
 
     @field_validator("base_url", "base_urls")
     @classmethod
@@ -89,7 +136,7 @@ class OpenAIConfig(Model):
                 f"repetition_detection is vLLM's, and {url} is a {kind} server",
                 hint="drop the option, or set server='vllm' if it is vLLM behind a proxy",
             )
-        if self.enforces_thinking_budgets and kind not in THINKING_BUDGET_FIELD:
+        if self.thinking.enforces_budgets and kind not in THINKING_BUDGET_FIELD:
             raise ConfigError(
                 f"{url} is a {kind} server, which takes no thinking budget",
                 hint="drop thinking_budgets and thinking_token_budget, or set server= to the kind it is",
@@ -102,8 +149,8 @@ class OpenAIConfig(Model):
 
     @property
     def enforces_thinking_budgets(self) -> bool:
-        """The servers take a thinking budget per request (see ``thinking_budgets``)."""
-        return self.thinking_budgets or self.thinking_token_budget is not None
+        """The servers take a thinking budget per request (``ThinkingOptions.enforces_budgets``)."""
+        return self.thinking.enforces_budgets
 
     def resolved_key(self) -> str | None:
         if self.api_key is not None:

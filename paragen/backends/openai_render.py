@@ -15,6 +15,7 @@ the reply left it open.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -24,7 +25,7 @@ from paragen.backends.openai_http import map_http_errors, raise_for_status
 from paragen.backends.pool import Replica
 from paragen.errors import BackendProtocolError
 from paragen.reasoning import DELIMITERS, StreamSplit, ThinkFormat
-from paragen.types import Delta, GenerateRequest
+from paragen.types import Delta, GenerateRequest, Usage
 
 # Template options a request's extra body may carry, which the rendering must use too.
 _TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")
@@ -32,14 +33,14 @@ _TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")
 
 def renders_raw(request: GenerateRequest, info: ServerInfo, config: OpenAIConfig) -> bool:
     """Whether ``request`` continues a reply with thinking in it on a server that renders templates."""
-    messages = request.messages
-    if config.thinking not in ("think", "think_open") or messages is None or not request.continue_final:
+    messages, fmt = request.messages, config.thinking.format
+    if fmt not in ("think", "think_open") or messages is None or not request.continue_final:
         return False
     if request.tools is not None:
         return False
-    if info.kind != "vllm" or config.endpoint == "chat" or not config.raw_continuation:
+    if info.kind != "vllm" or config.endpoint == "chat" or not config.thinking.raw_continuation:
         return False
-    marks, reply = DELIMITERS[config.thinking], messages[-1].content
+    marks, reply = DELIMITERS[fmt], messages[-1].content
     return marks.open in reply or marks.close in reply
 
 
@@ -61,7 +62,7 @@ async def raw_continuation(
     prompt = rendered.get("prompt")
     if not isinstance(prompt, str) or not isinstance(tokens, list):
         raise BackendProtocolError(f"{replica.root}: /tokenize or /detokenize answered without the prompt")
-    text = _after_opener(prompt, reply.content, DELIMITERS[config.thinking].open)
+    text = _after_opener(prompt, reply.content, DELIMITERS[config.thinking.format].open)
     return request.model_copy(update={"prompt": prompt + text, "messages": None, "continue_final": False})
 
 
@@ -111,3 +112,32 @@ class ThoughtSplitter:
         thought, answer = self._split.feed(delta.text, last=delta.finish_reason is not None)
         self.thought_tokens += delta.num_tokens
         return dataclasses.replace(delta, text=answer, reasoning=delta.reasoning + thought)
+
+
+class Resplit:
+    """A raw continuation's chunk parser with its thought sent apart again: each chunk's deltas go
+    through the splitter until the thought ends (after that, one check per chunk), and the stream's
+    ``usage.reasoning_tokens`` are those before the cut plus the continuation's thinking tokens."""
+
+    __slots__ = ("_before", "_parse", "_splitter", "_usage")
+
+    def __init__(
+        self, parse: Callable[[str], list[Delta]], splitter: ThoughtSplitter, usage: Usage, before: int
+    ) -> None:
+        self._parse = parse
+        self._splitter = splitter
+        self._usage = usage
+        self._before = before  # the thinking tokens streamed before the cut
+
+    def parse(self, data: str) -> list[Delta]:
+        deltas = self._parse(data)
+        splitter = self._splitter
+        if splitter.done:
+            return deltas
+        split = []
+        for delta in deltas:
+            if not splitter.done:  # the rest is answer, passed on as it comes
+                delta = splitter.split(delta)
+                self._usage.reasoning_tokens = self._before + splitter.thought_tokens
+            split.append(delta)
+        return split
