@@ -13,14 +13,10 @@ import re
 from pydantic import BaseModel, ConfigDict
 
 from paragen.answers import extract_answer, last_boxed
+from strategies._hogwild_rules import SENTENCE_ENDS, STEP_SEPARATOR, AnswerRule, ends_step, numeric_boxed
 
 NAMES = ("Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi")
 
-# A step ends at a blank line that follows the end of a sentence (the method's rule), except inside
-# a code block. Colons, commas and semicolons do not end sentences, so a list that follows them does
-# not cut the step.
-SENTENCE_ENDS = (".", "?", "!", "…", "。", "‽", "؟", "।", "۔")
-STEP_SEPARATOR = "\n\n"
 _STEP_HEADER = re.compile(r"\*\*\w+ \[\d+\]:\*\*")  # "**Alice [3]:**", whose number is no answer
 
 
@@ -54,6 +50,7 @@ class HogwildPrompts(BaseModel):
     own_header: str = "\n\n### Work in progress (own)"
     cut_marker: str = " <...>"
     step_header: str = "**{name} [{step}]:** "  # after the token that ended the previous step
+    opener_prefix: str = STEP_SEPARATOR  # before the first step's header (the reference: none)
     first_opener: str = "Hi, I'm {name}. Here is how we could split the work:"
     other_opener: str = "Hi, I'm {name}."
     nudge: str = "Is another assistant already doing what I am about to do? (yes/no): "
@@ -78,35 +75,27 @@ class HogwildPrompts(BaseModel):
     def opener(self, worker: int) -> str:
         name = NAMES[worker]
         opener = self.first_opener if worker == 0 else self.other_opener
-        return STEP_SEPARATOR + self.step_header.format(name=name, step=1) + opener.format(name=name)
+        return self.opener_prefix + self.step_header.format(name=name, step=1) + opener.format(name=name)
 
     def header(self, worker: int, step: int, *, nudge: bool) -> str:
         return self.step_header.format(name=NAMES[worker], step=step) + (self.nudge if nudge else "")
 
 
-def ends_step(text: str, new_chars: int) -> int | None:
-    """Where the step ends if the last ``new_chars`` characters of ``text`` completed a step boundary.
+def finisher_answer(
+    opening: str, finisher_text: str, transcript: str, rule: AnswerRule = "boxed"
+) -> str | None:
+    """The finisher's answer.
 
-    Returns the index of the separator (the step's text is ``text[:index]``), or None. A boundary is
-    a blank line, completed by the newest text, after a sentence end, outside any code block.
+    ``"boxed"`` (paragen): its boxed answer; else the last number it wrote; else the team's text's
+    answer (a small model may close the box empty or drift off, copying layout headers; the
+    fallback reads the transcript the way ``single`` reads its sample, step headers removed).
+    ``"number"`` (the reference): the last box that is a number in the whole text, ``transcript``
+    (the text the finisher continued), its opening and what it wrote; else none.
     """
-    sep = text.rfind(STEP_SEPARATOR)
-    if sep < 0 or sep + len(STEP_SEPARATOR) <= len(text) - new_chars:
-        return None
-    before = text[:sep].rstrip()
-    if not before.endswith(SENTENCE_ENDS) or before.count("```") % 2 == 1:
-        return None
-    return sep
-
-
-def finisher_answer(opening: str, finisher_text: str, transcript: str) -> str | None:
-    """The finisher's boxed answer; else the last number it wrote; else the team's text's answer.
-
-    A small model may close the box empty or drift off (copying layout headers); the fallback reads
-    the transcript the way ``single`` reads its sample, step headers removed.
-    """
+    if rule == "number":
+        return numeric_boxed(transcript + opening + finisher_text)
     found = last_boxed(opening + finisher_text) or extract_answer(finisher_text, "last_number")
     return found if found is not None else extract_answer(_STEP_HEADER.sub("", transcript))
 
 
-__all__ = ["NAMES", "SENTENCE_ENDS", "HogwildPrompts", "ends_step", "finisher_answer"]
+__all__ = ["NAMES", "SENTENCE_ENDS", "STEP_SEPARATOR", "HogwildPrompts", "ends_step", "finisher_answer"]

@@ -5,8 +5,9 @@ a worked example that shows the cache exactly as a worker will see it, a list of
 collaborate, then the problem. Their collaboration nudge counts every worker's tokens, their
 finisher re-encodes the flattened text of all workers into a fresh cache, and a boxed answer
 anywhere in the workers' text at the budget's end is the answer. This module holds paragen's own
-wording of those texts (written from the method's description, not copied); the protocol's other
-rules live in the strategy's config (``HogwildConfig.protocol``).
+wording of those texts (written from the method's description, not copied) laid out as the
+reference's cache holds them; the protocol's other rules live in the strategy's config
+(``HogwildConfig.protocol``) and in ``_hogwild_rules``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ _EXAMPLE = (
     "**Alice [2]:** 360 = 8 * 45 = 2^3 * 3^2 * 5.\n\n"
     "### Work in progress (others)\n\n"
     "**Alice [3]:** While Bob counts, I will check by listing the small divisors: 1, 2, 3, 4, 5, 6, "
-    "8, 9, 10 <...>\n\n"
+    "8, 9, 10<...>\n\n"
     "### Work in progress (own)\n\n"
     "**Bob [2]:** With 2^3 * 3^2 * 5 the count is (3 + 1)(2 + 1)(1 + 1) = 24.\n"
     "</example>\n\n"
@@ -66,9 +67,18 @@ _TASK = (
     "each other so that no work is done twice."
 )
 
+# The view as the reference's cache holds it: the prompt, then the finished steps with no header of
+# their own, then "<blank line>### Work in progress (others)<blank line>", each other worker's step
+# ended by "<...>" and a blank line, "### Work in progress (own)" and a blank line, the worker's step.
+# The finisher reads the same text (the flattened run).
 REFERENCE_PROMPTS = HogwildPrompts(
     system=_RULES + _EXAMPLE + _HOW_TO + _TASK,
     system_in_user=True,
+    past_header="",
+    others_header="\n\n### Work in progress (others)\n\n",
+    cut_marker="<...>\n\n",
+    own_header="### Work in progress (own)\n\n",
+    opener_prefix="",
     nudge="Quick check: is my current work already done or being done by someone else? (yes/no): ",
 )
 

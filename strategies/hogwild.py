@@ -24,69 +24,20 @@ backend use ``hogwild_text``, an approximation over ordinary requests.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, model_validator
-
-from paragen import BaseStrategy, RunContext, RunSharedSession, SharedRow, StrategyConfig
+from paragen import BaseStrategy, RunContext, RunSharedSession, SharedRow
 from paragen.answers import extract_answer, last_boxed
 from paragen.errors import ConfigError
 from paragen.prompts import solve_messages
 from paragen.types import ChatMessage, Problem, StrategyResult, Trace
-from strategies._hogwild_prompts import NAMES, HogwildPrompts, ends_step, finisher_answer
-from strategies._hogwild_reference import REFERENCE_PROMPTS
-
-Layout = Literal["contiguous", "interleaved", "combined"]
-ProtocolPreset = Literal["paragen", "reference"]
-
-# What the ``reference`` protocol sets, unless the config sets a field itself.
-_REFERENCE_DEFAULTS: dict[str, Any] = {
-    "prompts": REFERENCE_PROMPTS,
-    "nudge_unit": "tokens",
-    "finisher_mode": "reencode",
-    "answer_anywhere": True,
-}
+from strategies._hogwild_config import HogwildConfig, Layout, ProtocolPreset
+from strategies._hogwild_prompts import NAMES, finisher_answer
+from strategies._hogwild_rules import STEP_RULES, answer_in, ends_step
 
 # Workers may not open markdown headers of their own: a "### Work in progress" written by a worker
 # would read as the layout's (the reference suppresses "#" for the same reason).
 _SUPPRESSED_TEXTS = ("</think>", "#", "##", "###", "####", " #", " ##", " ###")
-
-
-class HogwildConfig(StrategyConfig):
-    workers: int = Field(default=2, ge=1, le=len(NAMES), description="workers writing at once")
-    layout: Layout = Field(default="combined", description="how each worker's view is built")
-    protocol: ProtocolPreset = Field(
-        default="paragen",
-        description="preset: 'reference' follows the reference code (instructions and a worked example in "
-        "the user turn, nudge over all workers' tokens, re-encoded finisher, answer anywhere)",
-    )
-    nudge_every: int = Field(
-        default=256, ge=0, description="passes (or tokens) between collaboration nudges (0: never)"
-    )
-    nudge_unit: Literal["passes", "tokens"] = Field(
-        default="passes", description="what nudge_every counts: forward passes, or every worker's tokens"
-    )
-    finisher_mode: Literal["view", "reencode"] = Field(
-        default="view",
-        description="'view': continue the last worker's view; 'reencode': the flattened text, fresh request",
-    )
-    answer_anywhere: bool = Field(
-        default=False, description="at the budget's end, a boxed answer in any worker's text is the answer"
-    )
-    max_forward_passes: int | None = Field(
-        default=None, gt=0, description="budget in sequential forward passes (None: the run's max_tokens)"
-    )
-    finisher_tokens: int = Field(default=16, ge=1, description="greedy tokens the finisher may write")
-    stop_at_answer: bool = Field(default=True, description="end once a finished step holds a boxed answer")
-    temperature: float | None = Field(default=None, ge=0, description="override the run's temperature")
-    prompts: HogwildPrompts = Field(default_factory=HogwildPrompts)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _apply_protocol(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("protocol") == "reference":
-            return {**_REFERENCE_DEFAULTS, **data}
-        return data
 
 
 @dataclass(slots=True)
@@ -97,6 +48,7 @@ class _Worker:
     done: list[int] = field(default_factory=list)  # contiguous: one segment, all its finished steps
     step: int = 1
     step_start: int = 0  # where its current step begins in its text
+    unwritten: str = ""  # the header in ``pending``: part of its step, not yet in its text
     seen: int = 0  # characters of its text already checked for a step end
 
 
@@ -133,9 +85,11 @@ class Hogwild(BaseStrategy[HogwildConfig]):
                 await team.plain(problem.question)
             else:
                 await team.collaborate(problem.question)
+            if team.answer is not None and cfg.answer_rule == "number":
+                team.answer = answer_in(team.flattened(), "number")  # the reference reads the whole text
             if team.answer is None and not team.eos and session.stop_reason is None:
                 if cfg.answer_anywhere:
-                    team.answer = last_boxed(team.flattened())
+                    team.answer = answer_in(team.flattened(), cfg.answer_rule)
                 if team.answer is None and cfg.finisher_mode == "view":
                     await team.finish()
                 elif team.answer is None:  # after the session: the shared cache is freed first
@@ -217,10 +171,16 @@ class _Team:
             if not io.has_room(rows, self.reserve):
                 break  # the model's context is full: as if the budget ran out (the finisher answers)
             samples = await io.step(rows, suppress_token_ids=suppress)
-            self.since_nudge += len(rows) if self.cfg.nudge_unit == "tokens" else 1
+            by_tokens = self.cfg.nudge_unit == "tokens"
+            self.since_nudge += 0 if by_tokens else 1
             for worker, sample in zip(self.team, samples, strict=True):
-                worker.pending = [sample.token_id]
-                if await self._after_token(worker) and self.answer is not None:
+                worker.pending, worker.unwritten = [sample.token_id], ""
+                closed = await self._after_token(worker)
+                # The reference counts each worker's next input (its sample, any header) in turn,
+                # after that worker's nudge check.
+                self.since_nudge += len(worker.pending) if by_tokens else 0
+                # It also lets every worker of the pass close its step; paragen stops at once.
+                if closed and self.answer is not None and self.cfg.protocol != "reference":
                     break
         answers = [last_boxed(io.text(w.index)) for w in self.team]
         io.end("stop" if self.answer is not None else "length", answers=answers)
@@ -241,7 +201,8 @@ class _Team:
         messages = prompts.messages(question, count)
         rows = [SharedRow(0, [common.prompt], io.tokenize(io.apply_chat_template(messages)))]
         for header, text in zip(headers, texts, strict=True):
-            rows.append(SharedRow(0, [common.prompt, header], io.tokenize(text)))
+            if text:  # an empty header (the reference has no "### Past steps") stays an empty segment
+                rows.append(SharedRow(0, [common.prompt, header], io.tokenize(text)))
         await io.prefill(rows)
         return own
 
@@ -278,10 +239,14 @@ class _Team:
         if not await self._fold(worker):  # its step's segment became its history (contiguous)
             worker.segment = await io.new_segment()
         worker.step += 1
-        nudge = self.cfg.nudge_every > 0 and self.since_nudge >= self.cfg.nudge_every
+        every = self.cfg.nudge_every
+        # the reference nudges once the count is past nudge_every; paragen once it is reached
+        due = self.since_nudge > every if self.cfg.nudge_unit == "tokens" else self.since_nudge >= every
+        nudge = every > 0 and due
         if nudge:
             self.since_nudge, self.nudges = 0, self.nudges + 1
-        worker.pending += io.tokenize(self.prompts.header(worker.index, worker.step, nudge=nudge))
+        worker.unwritten = self.prompts.header(worker.index, worker.step, nudge=nudge)
+        worker.pending += io.tokenize(worker.unwritten)
         return True
 
     async def _fold(self, worker: _Worker) -> bool:
@@ -307,13 +272,13 @@ class _Team:
         """The text of the step the worker's newest token finished (and note its answer), or None."""
         text = self.io.text(worker.index)
         new_chars, worker.seen = len(text) - worker.seen, len(text)
-        sep = ends_step(text[worker.step_start :], new_chars)
+        sep = ends_step(text[worker.step_start :], new_chars, STEP_RULES[self.cfg.step_rule])
         if sep is None:
             return None
         step_text = text[worker.step_start : worker.step_start + sep]
         worker.step_start += sep
         self.history_texts.append(step_text)
-        found = last_boxed(step_text)
+        found = answer_in(step_text, self.cfg.answer_rule)
         if found is not None and self.cfg.stop_at_answer and self.answer is None:
             self.answer, self.answered_at = found, self.io.num_forward_passes
         return step_text
@@ -335,7 +300,7 @@ class _Team:
         )
         transcript = self.transcript()  # before the finisher's text joins it
         self.finisher_text = trace.text
-        trace.answer = finisher_answer(opening, trace.text, transcript)
+        trace.answer = finisher_answer(opening, trace.text, transcript, self.cfg.answer_rule)
         self.answer = trace.answer
 
     async def finish_reencoded(
@@ -351,21 +316,25 @@ class _Team:
             max_tokens=self.cfg.finisher_tokens,
         )
         trace: Trace = await ctx.sample(request, label="finisher", parents=parents)
-        transcript = self.transcript()
+        # the reference reads its answer off the whole text; paragen's rule falls back on the transcript
+        before = flattened if self.cfg.answer_rule == "number" else self.transcript()
         self.finisher_text = trace.text
-        trace.answer = finisher_answer(opening, trace.text, transcript) if trace.is_ok else None
+        answer = finisher_answer(opening, trace.text, before, self.cfg.answer_rule)
+        trace.answer = answer if trace.is_ok else None
         self.answer = trace.answer
 
     # -- the result ------------------------------------------------------------------------------
 
     def flattened(self) -> str:
-        """The run as the reference's finisher reads it: the history, then every worker's current step."""
+        """The run as the reference's finisher reads it: the history, then every worker's current step
+        (with the header of a step begun on the last pass, not yet written)."""
         if self.cfg.workers == 1:
             return self.io.text(0)
         prompts = self.prompts
         parts = [prompts.past_header, *self.history_texts, prompts.others_header]
         for worker in self.team:
-            parts.append(self.io.text(worker.index)[worker.step_start :] + prompts.cut_marker)
+            step = self.io.text(worker.index)[worker.step_start :] + worker.unwritten
+            parts.append(step + prompts.cut_marker)
         return "".join(parts)
 
     def transcript(self) -> str:
@@ -389,3 +358,6 @@ class _Team:
         if self.answered_at is not None:
             found["answered_at_pass"] = float(self.answered_at)
         return found
+
+
+__all__ = ["Hogwild", "HogwildConfig", "Layout", "ProtocolPreset"]

@@ -148,7 +148,7 @@ class HogwildText(BaseStrategy[HogwildTextConfig]):
             return
         finished = step_text[:sep]
         board.history.append(finished)
-        writer.step_start = len(writer.text) - len(STEP_SEPARATOR)
+        writer.step_start += sep
         found = last_boxed(finished)
         if found is not None and cfg.stop_at_answer and board.answer is None:
             board.answer = found
