@@ -17,6 +17,7 @@ from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
+from paragen.scoring import weighted_answer
 from paragen.types import Problem, SamplingParams, StrategyResult
 from strategies._search_common import Path
 from strategies.beam_search import BeamSearch, beam_order, proposal_counts, survivors
@@ -177,3 +178,23 @@ async def test_rsa_final_vote_groups_by_math_verify_unless_asked_for_keys(vote: 
     scripts = [Script(text=words(2, a)) for a in ("2", "0.5", "\\frac{1}{2}")]
     result, _ = await run(RSA(n=3, k=1, t=0, vote=vote), scripts, caps=SYNC)
     assert result.answer == answer
+
+
+def test_weighted_bon_sums_as_search_and_learn_when_every_solution_has_an_answer() -> None:
+    # canonical forms are the answers themselves here (sympy leaves "1", "2", "3" as they are);
+    # binary-fraction scores make equal sums exact, so ties go to the first in sample order
+    rng = random.Random(4)
+    for _ in range(500):
+        answers = [rng.choice(["1", "2", "3", None]) for _ in range(rng.randint(1, 8))]
+        scores = [rng.choice([0.25, 0.5, 0.75]) for _ in answers]
+        want = ref.weighted_largest_sum([a or "" for a in answers], scores, lambda a: a)
+        got = weighted_answer(answers, scores, "sum")
+        if want != "":
+            assert got == want
+        else:  # the reference's unanswered solutions are one group, "", which can win;
+            answered = [(a, s) for a, s in zip(answers, scores, strict=True) if a is not None]
+            assert got == (  # paragen leaves them out
+                ref.weighted_largest_sum([a for a, _ in answered], [s for _, s in answered], lambda a: a)
+                if answered
+                else None
+            )
