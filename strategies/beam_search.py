@@ -6,8 +6,9 @@ N/M beams kept propose N next steps, M each, the kept beams copied in turn when 
 (search-and-learn's refill; ``refill=False``: M each, fewer in all). Every proposal is scored
 (the PRM sees all steps so far; their scores aggregated by ``aggregate``) as soon as it is
 written. Proposals that end their solution join the finished pool whatever their rank (as
-search-and-learn keeps its completed beams); of the others the N/M best-valued are kept, ties to
-the later beam in search-and-learn's beam order. The search stops at ``max_depth``, when nothing
+search-and-learn keeps its completed beams); of the others (each text once, as its recipes'
+``filter_duplicates``) the N/M best-valued are kept, ties to the later beam in search-and-learn's
+beam order. The search stops at ``max_depth``, when nothing
 is left to grow, or as soon as N solutions have finished: the samples still running then are
 cancelled ("early-finish"). The answer is the weighted vote (``weighting``) over the first N
 finished solutions in beam order (``sort_completed=True``: the N best-valued), or over the beams
@@ -31,6 +32,11 @@ class BeamSearchConfig(TreeFields):
         default=True,
         description="every depth proposes N steps, the kept beams copied in turn up to N (search-and-learn); "
         "False: M per kept beam, fewer in all when fewer than N/M are kept",
+    )
+    filter_duplicates: bool = Field(
+        default=True,
+        description="of open proposals with the same text only the first in beam order is ranked "
+        "(search-and-learn's recipes set filter_duplicates: true; its config's default is False)",
     )
     sort_completed: bool = Field(
         default=False,
@@ -66,6 +72,14 @@ def survivors(paths: list[Path], cfg: TreeFields, width: int) -> list[Path]:
     ascending = sorted(range(len(paths)), key=lambda i: paths[i].value(cfg.aggregate))  # stable
     kept = set(ascending[len(paths) - width :] if width else [])
     return [p for i, p in enumerate(paths) if i in kept]
+
+
+def unique_texts(paths: list[Path], delimiter: str) -> list[Path]:
+    """The first path of each text, in order (search-and-learn's ``filter_duplicates``)."""
+    first: dict[str, Path] = {}
+    for path in paths:
+        first.setdefault(path.text(delimiter), path)
+    return list(first.values())
 
 
 def beam_order(grown: list[list[Path]], refill: bool) -> list[Path]:
@@ -106,7 +120,10 @@ class BeamSearch(BaseStrategy[BeamSearchConfig]):
 
     def _select(self, ctx: RunContext, search: StepSearch, open_paths: list[Path], depth: int) -> list[Path]:
         """The N/M best unfinished proposals; the others are marked dropped (they ended already)."""
-        kept = survivors(open_paths, self.config, self.config.n // self.config.m)
+        ranked = (
+            unique_texts(open_paths, self.config.delimiter) if self.config.filter_duplicates else open_paths
+        )
+        kept = survivors(ranked, self.config, self.config.n // self.config.m)
         dropped = [p for p in open_paths if all(p is not k for k in kept)]
         for path in dropped:
             search.traces[path.last_id].meta["search"] = f"dropped at depth {depth}"

@@ -198,3 +198,23 @@ def test_weighted_bon_sums_as_search_and_learn_when_every_solution_has_an_answer
                 if answered
                 else None
             )
+
+
+# N=4, M=2: a first step written twice; its copies rank once, so b is kept beside it.
+TWICE: Tree = {
+    (): ["a", "a", "b", "c"],
+    ("a",): ["d \\boxed{1}"],
+    ("b",): ["e \\boxed{2}"],
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("filtered", "parents"), [(True, {"a", "b"}), (False, {"a"})])
+async def test_beam_search_ranks_a_text_written_twice_once_as_the_recipes(
+    filtered: bool, parents: set[str]
+) -> None:
+    strategy = BeamSearch(n=4, m=2, verifier=VERIFIER, max_depth=2, filter_duplicates=filtered)
+    result, _, _ = await run_search(strategy, TWICE, {"a": 0.9, "b": 0.5, "c": 0.4})
+    texts = {t.id: t.text for t in result.traces if t.kind == "sample"}
+    grown = {texts[t.parents[0]] for t in result.traces if t.kind == "sample" and t.parents}
+    assert grown == parents
