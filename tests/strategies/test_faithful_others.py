@@ -167,7 +167,7 @@ def test_rsa_votes_as_the_references_math_verify_clusters() -> None:
         got = cluster_winner(answers)
         if want == "":  # every group a single answer, an unanswered member first: the reference
             answered = [a for a in answers if a is not None]  # answers "", paragen the first answer
-            assert got is None if not answered else answers[got] == answered[0]
+            assert (got is None) if not answered else (got is not None and answers[got] == answered[0])
         else:
             assert got is not None and answers[got] == want
 
