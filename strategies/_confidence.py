@@ -1,11 +1,12 @@
 """DeepConf's confidence math, in one place: the live strategies and the offline bank both use it.
 
-Token confidence is the negative mean log-probability of the top-k candidates at a position
-(large = the model was sure); group confidence is its mean over a sliding window; a trace's
-score is its lowest group confidence (or the mean of its bottom 10% of groups, its tail, or
-its mean). ``confident_vote`` keeps the answered traces' top eta% by score and votes weighted by score, which
-is DeepConf-offline; ``strategies.deepconf.DeepConf`` and ``evals.bank.deepconf_offline`` both
-call it, so the offline estimate cannot drift from the live strategy.
+Token confidence is the negative mean log-probability of the top-k candidates at a position,
+the sampled token's included when it is not among them (large = the model was sure); group
+confidence is its mean over a sliding window; a trace's score is its lowest group confidence
+(or the mean of its bottom 10% of groups, its tail, or its mean). ``confident_vote`` keeps the
+answered traces' top eta% by score and votes weighted by score, which is DeepConf-offline;
+``strategies.deepconf.DeepConf`` and ``evals.bank.deepconf_offline`` both call it, so
+the offline estimate cannot drift from the live strategy.
 """
 
 from __future__ import annotations
@@ -20,16 +21,36 @@ ScoreMethod = Literal["lowest_group", "bottom10", "tail", "mean"]
 
 
 def token_confidences(
-    logprobs: Sequence[float] | None, top_logprobs: Sequence[Sequence[float]] | None
+    logprobs: Sequence[float] | None,
+    top_logprobs: Sequence[Sequence[float]] | None,
+    *,
+    with_sampled: bool = True,
 ) -> list[float]:
     """C_i = -mean of the top-k log-probabilities at i; higher means surer.
 
+    A sampled token outside the top k is averaged in too (k + 1 values), as the reference's
+    ``compute_confidence`` does: it averages every entry of vLLM's logprobs dict, which holds
+    the sampled token besides the top k. A chosen log-probability below the row's lowest marks
+    such a token. ``with_sampled=False`` averages the top k alone, as the reference's online
+    logits processor does (``ConfPerReqLogitsProcessor.compute_conf``: ``torch.topk``).
     Without top-k alternatives, -log p of the chosen token would run the wrong way (a sure
-    token has log p near 0), so the fallback is the chosen token's probability instead.
+    token has log p near 0), so the fallback is the chosen token's probability.
     """
     if top_logprobs:
-        return [-sum(row) / len(row) if row else 0.0 for row in top_logprobs]
+        chosen = list(logprobs or ()) if with_sampled else []
+        return [
+            _row_confidence(row, chosen[i] if i < len(chosen) else None) for i, row in enumerate(top_logprobs)
+        ]
     return [math.exp(lp) for lp in logprobs or ()]
+
+
+def _row_confidence(row: Sequence[float], chosen: float | None) -> float:
+    """Minus the mean of a position's top-k log-probabilities, the sampled token's added when
+    it is not among them."""
+    if not row:
+        return 0.0
+    values = [*row, chosen] if chosen is not None and chosen < min(row) else list(row)
+    return -sum(values) / len(values)
 
 
 def group_confidences(conf: Sequence[float], window: int) -> list[float]:

@@ -1,8 +1,9 @@
 """DeepConf, Deep Think with Confidence (Fu, Wang, Tian, Zhao; arXiv 2508.15260), offline and online.
 
-Token confidence is the negative mean log-probability of the top-k candidates at a position
-(large = the model was sure); group confidence is its mean over a sliding window; a trace's
-score is its lowest group confidence (or the mean of its bottom 10% of groups, or its tail).
+Token confidence is the negative mean log-probability of the top-k candidates at a position,
+the sampled token's added when it is not among them (large = the model was sure); group
+confidence is its mean over a sliding window; a trace's score is its lowest group confidence
+(or the mean of its bottom 10% of groups, or its tail).
 Offline: sample n, keep the answered traces' top eta% by score, vote weighted by score.
 Online: warm up with n_init traces to set the stopping threshold at the (100 - eta)th
 percentile of their lowest group confidences, then sample the rest with a monitor that stops
@@ -66,7 +67,8 @@ def confidence_monitor(threshold: float, window: int) -> Monitor:
         start = max(checked.get(live.trace.id, window - 1), window - 1)  # windows ending past this
         checked[live.trace.id] = live.num_tokens
         tail = slice(start + 1 - window, live.num_tokens)
-        conf = token_confidences(live.logprobs[tail], live.top_logprobs[tail])
+        # the top k alone: the reference's processor reads them from the logits, not the sampled token
+        conf = token_confidences(live.logprobs[tail], live.top_logprobs[tail], with_sampled=False)
         if conf and min(group_confidences(conf, window)) < threshold:
             return "deepconf: low confidence"
         return None

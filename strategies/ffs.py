@@ -159,7 +159,9 @@ class FFS(BaseStrategy[FFSConfig]):
             "winner_tokens": float(chosen[0].completion_tokens) if chosen else 0.0,
             "first_finish_s": float(chosen[0].end or 0.0) if chosen else 0.0,
         }
-        return vote_finish(ctx, chosen, metrics=metrics)
+        # Ties go to the answer first in sample order (trace ids are given in sample order), as
+        # art_of_tts's vote counts its samples in file order; not the order they finished in.
+        return vote_finish(ctx, sorted(chosen, key=lambda t: t.id), metrics=metrics)
 
 
 class FFSkConfig(FFSConfig):

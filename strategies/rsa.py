@@ -3,7 +3,8 @@
 A population of ``n`` solutions is sampled; then, for ``t`` steps, each of ``n`` new
 candidates is written by a prompt that shows the model ``k`` members of the current
 population drawn at random and asks for one improved solution. The new population
-replaces the old one, and the answer is the majority over the last population.
+replaces the old one, and the answer is the majority over the last population, answers
+grouped by math-verify as the reference groups them (``vote="key"``: by ``answer_key``).
 ``t = 0`` is plain majority voting; PDR is, roughly, one aggregation over all drafts.
 
 The subsets come from a ``random.Random`` seeded by the run's sampling seed (or the
@@ -15,12 +16,13 @@ run are the sum over steps of that step's longest candidate.
 from __future__ import annotations
 
 import random
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from paragen import BaseStrategy, RunContext, StrategyConfig
-from paragen.answers import ExtractMode
+from paragen.answers import ExtractMode, equivalent
 from paragen.types import Problem, StrategyResult, Trace
 from strategies._toolkit import annotate, overrides, solve_request, vote_finish
 
@@ -54,6 +56,11 @@ class RSAConfig(StrategyConfig):
     temperature: float | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, gt=0, description="per candidate; None = run default")
     extract: ExtractMode = "auto"
+    vote: Literal["math_verify", "key"] = Field(
+        default="math_verify",
+        description="math_verify: answers grouped by math-verify against each group's first answer "
+        "(the reference's vote); key: paragen's answer_key grouping",
+    )
 
     @model_validator(mode="after")
     def _k_fits(self) -> RSAConfig:
@@ -89,6 +96,29 @@ def draw_subsets(rng: random.Random, n: int, k: int) -> list[list[int]]:
     return [sorted(rng.sample(range(n), k)) for _ in range(n)]
 
 
+def answer_groups(answers: Sequence[str | None]) -> list[list[int]]:
+    """The reference's vote groups (HyperPotatoNeo/RSA ``evaluate_k_answers_math``): in population
+    order each answer joins the first group whose first answer math-verify finds equal to it, else
+    opens a group. Unanswered members are left out (the reference gives each a group of its own,
+    an empty answer that can only win as a wrong one)."""
+    groups: list[list[int]] = []
+    for i, answer in enumerate(answers):
+        if answer is None:
+            continue
+        group = next((g for g in groups if equivalent(answer, answers[g[0]] or "")), None)
+        if group is None:
+            groups.append([i])
+        else:
+            group.append(i)
+    return groups
+
+
+def cluster_winner(answers: Sequence[str | None]) -> int | None:
+    """The index of the winning group's first answer: the first group with the most answers."""
+    groups = answer_groups(answers)
+    return max(groups, key=len)[0] if groups else None
+
+
 def aggregate_prompt(template: str, question: str, texts: list[str]) -> str:
     candidates = "\n\n".join(f"Candidate {i + 1}:\n{text.strip()}" for i, text in enumerate(texts))
     return template.format(question=question, k=len(texts), candidates=candidates)
@@ -110,7 +140,23 @@ class RSA(BaseStrategy[RSAConfig]):
             subsets = draw_subsets(rng, cfg.n, cfg.k)
             population = await self._aggregate(ctx, problem, step, population, subsets)
             ctx.emit("rsa step done", step=step, subsets=subsets, answers=[t.answer for t in population])
-        return vote_finish(ctx, population, metrics={"steps": float(cfg.t + 1)})
+        metrics = {"steps": float(cfg.t + 1)}
+        if cfg.vote == "key":
+            return vote_finish(ctx, population, metrics=metrics)
+        return self._cluster_finish(ctx, population, metrics)
+
+    def _cluster_finish(
+        self, ctx: RunContext, population: list[Trace], metrics: dict[str, float]
+    ) -> StrategyResult:
+        """The reference's vote: the winning group's first member gives the answer and the text."""
+        groups = answer_groups([t.answer for t in population])
+        metrics["distinct_answers"] = float(len(groups))
+        if not groups:
+            return ctx.finish(None, metrics={**metrics, "votes_for_winner": 0.0})
+        group = max(groups, key=len)
+        first = population[group[0]]
+        metrics["votes_for_winner"] = float(len(group))
+        return ctx.finish(first.answer, text=first.text, reasoning=first.reasoning, metrics=metrics)
 
     def _params(self) -> dict[str, Any]:
         return overrides(self.config.temperature, None, self.config.max_tokens)

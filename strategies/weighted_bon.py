@@ -5,13 +5,14 @@
 A solution's value is its step scores aggregated (``aggregate``); the answer whose solutions'
 values sum highest wins (``weighting="sum"``), or the single best-valued solution's (``"max"``);
 solutions count in the order they finished, as the eval bank's offline re-scoring orders them
-(ties go to the earlier). Every sample trace keeps its step scores (``trace.scores``), so an eval bank can
-re-weigh offline with another aggregate.
+(ties go to the earlier; ``ties="sample"``: to the earlier in sample order, as search-and-learn).
+Every sample trace keeps its step scores (``trace.scores``), so an eval bank can re-weigh
+offline with another aggregate.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -24,6 +25,11 @@ from strategies._toolkit import annotate, overrides, solve_request
 class WeightedBoNConfig(VerifierFields):
     n: int = Field(default=16, ge=1, le=4096, description="independent solutions")
     max_tokens: int | None = Field(default=None, gt=0, description="per solution; None = run default")
+    ties: Literal["finish", "sample"] = Field(
+        default="finish",
+        description="equal weights go to the solution that finished first, as the eval bank orders "
+        "samples; sample: the first in sample order (search-and-learn)",
+    )
 
 
 class WeightedBoN(BaseStrategy[WeightedBoNConfig]):
@@ -44,6 +50,8 @@ class WeightedBoN(BaseStrategy[WeightedBoNConfig]):
                     scored.append(None)
                     children.start(self._score, ctx, trace, scored, len(scored) - 1)
         paths = [p for p in scored if p is not None]
+        if cfg.ties == "sample":  # trace ids are given in sample order
+            paths.sort(key=lambda p: p.last_id)
         return weighted_finish(ctx, paths, cfg, metrics={"scored": float(len(paths))})
 
     async def _score(self, ctx: RunContext, trace: Trace, scored: list[Path | None], slot: int) -> None:

@@ -19,6 +19,25 @@ def deepconf_token_confs(top_rows: Sequence[Sequence[float]]) -> list[float]:
     return [round(-float(np.mean(row)), 3) for row in top_rows if row]
 
 
+def deepconf_compute_confidence(
+    top: Sequence[Sequence[tuple[int, float]]], sampled: Sequence[tuple[int, float]]
+) -> list[float]:
+    """``compute_confidence`` over vLLM's per-token logprobs dicts: each dict holds the top-k
+    (token, log-probability) pairs and the sampled token's, one entry when the sampled token is
+    among the top k; minus the mean of all its values, rounded to 3 decimals."""
+    confs = []
+    for row, (token, logprob) in zip(top, sampled, strict=True):
+        entries = {**dict(row), token: logprob}
+        confs.append(round(-float(np.mean(list(entries.values()))), 3))
+    return confs
+
+
+def deepconf_processor_conf(top: Sequence[float]) -> float:
+    """The online logits processor's token confidence: minus the sum of the top-k log-probabilities
+    (``torch.topk`` of the distribution) over k; the sampled token plays no part."""
+    return -sum(top) / len(top)
+
+
 def deepconf_sliding_means(confs: Sequence[float], group: int) -> list[float]:
     """The online path's group confidences: each full window's mean, rounded to 3 decimals; a
     trace shorter than a window is one group, its plain mean; no tokens at all is [0]."""
@@ -140,3 +159,76 @@ def beam_duplicates(active: Sequence[int], n: int) -> list[int]:
     """The active beams repeated in turn until there are exactly ``n`` of them."""
     repeats = n // len(active) + 1
     return (list(active) * repeats)[:n]
+
+
+def beam_survivors(scores: Sequence[float], width: int) -> set[int]:
+    """The active beams kept: ``np.argsort(np.array(agg_scores).flatten())[-width:]``.
+
+    numpy's default argsort promises no order among equal scores (numpy 2's SIMD sorts vary it by
+    CPU); the order taken is a stable sort's, the one numpy 1's insertion sort gave arrays this
+    small and that numpy still gives a run of equal scores: of equal beams the later survive.
+    """
+    return {int(i) for i in np.argsort(np.array(scores).flatten(), kind="stable")[-width:]}
+
+
+def beam_list(active: Sequence[int], n: int) -> list[int]:
+    """The beam list of a depth: ``(active_beams * repeats)[:n]``, entry by entry (which kept beam
+    each proposal continues, in list order)."""
+    return beam_duplicates(active, n)
+
+
+def weighted_largest_sum(
+    answers: Sequence[str], scores: Sequence[float], canonical: Callable[[str], str]
+) -> str:
+    """``find_answer_with_largest_sum`` (sal/utils/math.py): scores summed per canonical form, in
+    sample order; the first canonical form with the largest sum wins, returned as first written.
+    An unanswered solution's answer is "" (``extract_answer``), which forms a group like any."""
+    groups: dict[str, float] = {}
+    first: dict[str, str] = {}
+    for answer, score in zip(answers, scores, strict=True):
+        form = canonical(answer)
+        groups[form] = groups.get(form, 0.0) + score
+        first.setdefault(form, answer)
+    return first[max(groups, key=lambda form: groups[form])]
+
+
+# -- RSA (HyperPotatoNeo/RSA: eval_loop.py evaluate_k_answers_math, rewards/math.py) ----------------
+
+
+def rsa_majority(extracted: Sequence[str], is_equiv: Callable[[str, str], bool]) -> str:
+    """Greedy clusters in population order: each answer joins the first cluster whose
+    representative (its first answer) it equals, ``is_equiv(answer, rep)``; the first cluster with
+    the most answers wins, its representative returned. An unanswered response's answer is ""."""
+    clusters: list[list[str]] = []
+    for answer in extracted:
+        for cluster in clusters:
+            if is_equiv(answer, cluster[0]):
+                cluster.append(answer)
+                break
+        else:
+            clusters.append([answer])
+    return max(clusters, key=len)[0]
+
+
+def rsa_is_equiv(str1: str, str2: str) -> bool:
+    """``rewards/math.py is_equiv``: each wrapped in $...$ unless it holds a $, parsed by
+    math-verify, ``verify(gold=parse(str2), pred=parse(str1))``."""
+    from math_verify import parse, verify
+
+    str1 = str1 if "$" in str1 else f"${str1}$"
+    str2 = str2 if "$" in str2 else f"${str2}$"
+    return bool(
+        verify(parse(str2, parsing_timeout=None), parse(str1, parsing_timeout=None), timeout_seconds=None)
+    )
+
+
+# -- FFS-k's vote (art_of_tts: evaluation/evaluate_vanilla.py) ------------------------------------------
+
+
+def ffs_vote(preds: Sequence[str]) -> str:
+    """``pred_dict`` in sample order, then ``max(pred_dict, key=...)``: the first answer with the
+    most votes in sample order; answers compared as written."""
+    counts: dict[str, int] = {}
+    for pred in preds:
+        counts[pred] = counts.get(pred, 0) + 1
+    return max(counts, key=lambda pred: counts[pred])

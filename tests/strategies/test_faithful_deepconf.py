@@ -20,7 +20,7 @@ from paragen._live import LiveSample
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, tokenize
 from paragen.types import Delta, GenerateRequest, StrategyResult, Trace
-from strategies._confidence import confident_vote, keep_top, trace_score
+from strategies._confidence import confident_vote, keep_top, token_confidences, trace_score
 from strategies.deepconf import DeepConf, DeepConfOnline
 
 OWN = Capabilities(logprobs=True, continue_final=True, tokenizer=True, top_logprobs=20)  # one request each
@@ -243,3 +243,26 @@ def test_the_monitor_judges_every_window_of_a_delta_of_several_tokens() -> None:
     rows = ((-1.0,), (-1.0,), (-9.0,))
     live.add(Delta(index=0, text=" b c d", num_tokens=3, top_logprobs=rows), 0.0)
     assert check(live) == "deepconf: low confidence"
+
+
+def test_token_confidence_averages_a_sampled_token_outside_the_top_k_as_the_reference() -> None:
+    rng = random.Random(11)
+    for _ in range(300):
+        k = rng.randint(1, 20)
+        top_lps = sorted((-rng.uniform(0.0, 9.0) for _ in range(k)), reverse=True)
+        rows = [[(token, lp) for token, lp in enumerate(top_lps)]]
+        if rng.random() < 0.5:  # sampled from the top k: one of its entries
+            sampled = rows[0][rng.randrange(k)]
+        else:  # sampled outside: vLLM adds it to the dict as a (k + 1)th entry
+            sampled = (1000, top_lps[-1] - rng.uniform(0.01, 5.0))
+        want = ref.deepconf_compute_confidence(rows, [sampled])
+        got = token_confidences([sampled[1]], [top_lps])
+        assert got == pytest.approx(want, abs=5e-4 + 1e-12)  # the reference rounds to 3 decimals
+        # the online processor reads the top k from the logits alone
+        live = token_confidences([sampled[1]], [top_lps], with_sampled=False)
+        assert live == pytest.approx([ref.deepconf_processor_conf(top_lps)])
+
+
+def test_a_sampled_token_outside_the_top_k_lowers_the_confidence() -> None:
+    assert token_confidences([-9.0], [[-1.0, -2.0]]) == [pytest.approx(4.0)]  # (1 + 2 + 9) / 3
+    assert token_confidences([-1.0], [[-1.0, -2.0]]) == [pytest.approx(1.5)]

@@ -59,6 +59,16 @@ async def test_weighted_vote_per_aggregate(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(("weighting", "answer"), [("sum", "5"), ("max", "5")])
+async def test_ties_in_sample_order_go_to_the_first_sample_as_search_and_learn(
+    weighting: str, answer: str
+) -> None:
+    # min: good .5 and odd .5, fine .25 and great .25; in sample order good (5) comes first
+    _, found = await bon(aggregate="min", weighting=weighting, ties="sample")
+    assert found == answer
+
+
+@pytest.mark.anyio
 async def test_each_sample_is_scored_as_it_finishes_and_keeps_its_scores() -> None:
     result, _, scorer = await run_search(
         WeightedBoN(n=4, verifier=VERIFIER), ScriptedBackend(SOLUTIONS, order="fanout"), STEP_SCORES
