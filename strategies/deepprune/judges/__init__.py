@@ -15,7 +15,7 @@ import anyio
 import anyio.to_thread
 
 from paragen import RunContext
-from paragen.errors import ConfigError, PluginNotFoundError
+from paragen.errors import ConfigError
 from paragen.registry import JUDGE_GROUP, load
 
 Pair = tuple[str, str]
@@ -49,16 +49,9 @@ async def scored_in_thread(
 
 
 def load_judge(name: str, options: dict[str, Any] | None = None) -> Judge:
-    """Build the judge registered as ``name`` (entry points first, then the built-ins)."""
-    try:
-        cls = load(JUDGE_GROUP, name)
-    except PluginNotFoundError:
-        if name not in BUILTIN:
-            raise
-        import importlib
-
-        module, _, attr = BUILTIN[name].partition(":")
-        cls = getattr(importlib.import_module(module), attr)
+    """Build the judge registered as ``name`` (entry points first, then the built-ins), or the class a
+    ``module:Class`` spec names."""
+    cls = load(JUDGE_GROUP, name, BUILTIN)
     try:
         judge = cls(**(options or {}))
     except TypeError as exc:
