@@ -3,7 +3,8 @@
 Judges are plugins under the entry-point group "paragen.judges"; the built-ins are
 ``lexical`` (n-gram Jaccard), ``embedding`` (sentence-embedding cosine, all-MiniLM-L6-v2),
 ``llm`` (yes/no probability from the run's own backend) and ``model`` (an in-process judge
-model such as THU-KEG/DeepPrune-Judge-4B, given a local path).
+model such as THU-KEG/DeepPrune-Judge-4B, given a local path). A judge that is not registered
+may be named by its class, ``package.module:Class``.
 """
 
 from __future__ import annotations
