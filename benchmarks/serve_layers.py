@@ -36,7 +36,7 @@ import anyio
 from paragen import _tracing as tracing
 from paragen.backends.base import generate
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.serve import render
+from paragen.serve import replies
 from paragen.serve.config import ServeConfig
 from paragen.serve.server import event_loop_options
 from paragen.serve.service import Service
@@ -83,17 +83,17 @@ def layers(service: Service, raw: list[bytes]) -> dict[str, Callable[[], Awaitab
             await service.check_prompt(plan)
             with service.admit(plan):
                 results = await service.run_all(plan)
-            json.dumps(render.completion(plan, results, 0, False))
+            json.dumps(replies.completion(plan, results, 0, False))
 
     async def streamed() -> None:
         frames: list[str | None] = []
 
         def on_event(index: int, event: object) -> None:
-            frames.append(render.event_comment(index, event))
+            frames.append(replies.event_comment(index, event))
 
         for body in raw:
             plan = service.router.plan(ChatRequest.model_validate(json.loads(body)))
-            content = render.ContentChunks(plan, 0, 0)
+            content = replies.ContentChunks(plan, 0, 0)
             with service.admit(plan):
                 on_text = functools.partial(_append_chunk, frames, content)
                 await service.run_all(plan, on_event=on_event, on_text=on_text)
@@ -131,7 +131,7 @@ def _dropping_provider() -> Any:
     return provider
 
 
-def _append_chunk(frames: list[str | None], content: render.ContentChunks, index: int, text: str) -> None:
+def _append_chunk(frames: list[str | None], content: replies.ContentChunks, index: int, text: str) -> None:
     frames.append(content(text))
 
 

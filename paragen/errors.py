@@ -6,7 +6,7 @@ and re-raised as one of these with the original kept as ``__cause__``::
 
     ParagenError
     ├── ConfigError                 bad configuration or input (CLI exit code 2)
-    │   ├── PluginNotFoundError     no strategy/backend/judge/tool registered under that name
+    │   ├── PluginNotFoundError     nothing registered under that name, or a module:attr not importable
     │   └── PluginBrokenError       a plugin's entry point does not load (missing attribute, error at import)
     ├── BudgetExceededError         a token or time budget ran out
     └── BackendError                a backend failed to produce a completion
@@ -26,7 +26,7 @@ they reach it wrapped in exception groups; anything else is a bug and propagates
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,12 +57,22 @@ class ConfigError(ParagenError, ValueError):
 class PluginNotFoundError(ConfigError, LookupError):
     """No plugin is registered under the requested name."""
 
-    def __init__(self, kind: str, name: str, available: list[str]) -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        available: Iterable[str],
+        *,
+        reason: str | None = None,
+        takes_spec: bool = False,
+    ) -> None:
         self.kind = kind
         self.name = name
         self.available = sorted(available)
         listing = ", ".join(self.available) or "none installed"
-        super().__init__(f"unknown {kind} {name!r}", hint=f"available: {listing}")
+        found = f"unknown {kind} {name!r}" + (f": {reason}" if reason else "")
+        spec = " or a 'package.module:attribute'" if takes_spec else ""
+        super().__init__(found, hint=f"available: {listing}{spec}")
 
 
 class PluginBrokenError(ConfigError):

@@ -4,22 +4,22 @@ Operators (Madaan et al., arXiv 2510.01123): ``global_summary`` (one model-writt
 shared by all), ``shared_topk`` (the same k best drafts for everyone), ``per_sample_topk``
 (each next-round sample its own k drafts), ``random_k`` (k drafts drawn at random per sample).
 "Best" is scored by answer agreement (how many other drafts reach the same answer) unless a
-scorer ``"module:function"`` is given. Every workspace is bounded to ``kappa`` tokens, checked
-with the backend's token count, because a bounded context is the point of the method.
+draft ranker ``"module:function"`` is given (PDR's ``scorer`` option). Every workspace is
+bounded to ``kappa`` tokens, checked with the backend's token count, because a bounded context
+is the point of the method.
 """
 
 from __future__ import annotations
 
-import importlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from paragen import RunContext
 from paragen.answers import answer_key
-from paragen.errors import ConfigError
+from paragen.registry import resolve_function
 
-Scorer = Callable[[str, Sequence[str], Sequence[str | None]], Sequence[float]]
+DraftRanker = Callable[[str, Sequence[str], Sequence[str | None]], Sequence[float]]
 """(question, draft texts, draft answers) -> one score per draft; higher is better."""
 
 
@@ -103,15 +103,12 @@ def render(drafts: Sequence[str]) -> str:
     return "\n\n".join(f"Attempt {i + 1}:\n{text.strip()}" for i, text in enumerate(drafts))
 
 
-def load_scorer(spec: str | None) -> Scorer | None:
+def load_draft_ranker(spec: str | None) -> DraftRanker | None:
+    """The user's draft ranker (PDR's ``scorer`` option, a ``module:function``); None = agreement."""
     if spec is None:
         return None
-    module_name, _, attr = spec.partition(":")
-    try:
-        scorer: Scorer = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"cannot load scorer {spec!r}: {exc}", hint="give 'module:function'") from exc
-    return scorer
+    ranker: DraftRanker = resolve_function(spec, "pdr draft scorer")
+    return ranker
 
 
 # -- operators that use the context ----------------------------------------------------------------

@@ -31,7 +31,7 @@ from strategies._distill import (
     agreement_scores,
     bounded,
     global_summary,
-    load_scorer,
+    load_draft_ranker,
 )
 from strategies._toolkit import annotate, overrides, solve_request
 
@@ -80,6 +80,12 @@ class PDRConfig(StrategyConfig):
     def _ends_with_one(cls, value: tuple[int, ...]) -> tuple[int, ...]:
         if not value or value[-1] != 1 or min(value) < 1:
             raise ValueError("parallelism must be positive and end with 1 (the last round gives the answer)")
+        return value
+
+    @field_validator("scorer")
+    @classmethod
+    def _loadable(cls, value: str | None) -> str | None:
+        load_draft_ranker(value)
         return value
 
     @model_validator(mode="before")
@@ -174,7 +180,7 @@ class PDR(BaseStrategy[PDRConfig]):
             text, call = await global_summary(ctx, problem.question, drafts, cfg.kappa)
             calls.append(call)
             return [text] * m
-        scorer = load_scorer(cfg.scorer)
+        scorer = load_draft_ranker(cfg.scorer)
         answers = [d.answer for d in drafts]
         texts = [d.text for d in drafts]
         scores = list(scorer(problem.question, texts, answers)) if scorer else agreement_scores(answers)

@@ -7,13 +7,13 @@ Orchestrator make one and close it with ``aclose()``).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Collection, Mapping
 from typing import Any
 
 import anyio
 
 from paragen.errors import ConfigError
+from paragen.registry import resolve
 from paragen.scoring.base import SPEC_HINT, Scorer, parse_scorer_spec
 
 LLM_VERIFIER = "llm"
@@ -42,8 +42,7 @@ def build_scorer(spec: str) -> Scorer:
         raise ConfigError(f"unknown scorer {spec!r}", hint=SPEC_HINT)
     if not target:
         raise ConfigError(f"scorer {kind!r} needs a target ({kind}:...)", hint=SPEC_HINT)
-    module_name, _, class_name = SCORER_KINDS[kind].partition(":")
-    cls: Any = getattr(importlib.import_module(module_name), class_name)
+    cls: Any = resolve(SCORER_KINDS[kind], "scorer")
     try:
         scorer: Scorer = cls(target, **options)
     except ConfigError:  # the scorer's own one line (a ValueError too, so caught first)

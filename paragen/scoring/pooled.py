@@ -13,7 +13,7 @@ tensor, as a list): both are the same pooler output.
 from __future__ import annotations
 
 from paragen.errors import ConfigError
-from paragen.scoring.base import ScorerError, ScorerKind
+from paragen.scoring.base import ScoreRequest, ScorerError, ScorerKind, reward_messages
 
 PRM_SERVE_HINT = "serve a *ForProcessRewardModel with --runner pooling"
 ORM_SERVE_HINT = (
@@ -66,6 +66,27 @@ def check_kind(kind: str) -> ScorerKind:
     if kind not in ("prm", "orm"):
         raise ConfigError(f"scorer kind must be prm or orm, got {kind!r}", hint="?kind=prm or ?kind=orm")
     return "prm" if kind == "prm" else "orm"
+
+
+class PooledRewardModel:
+    """What the two vLLM scorers share: a kind (PRM or ORM), a step tag, the chat the model rates
+    and how the pooler's output becomes step scores."""
+
+    def __init__(self, kind: str, step_tag: str) -> None:
+        self._kind = check_kind(kind)
+        self.step_tag = step_tag
+
+    @property
+    def kind(self) -> ScorerKind:
+        return self._kind
+
+    def _messages(self, request: ScoreRequest) -> list[dict[str, str]]:
+        return reward_messages(request, self._kind, self.step_tag)
+
+    def _steps(self, data: object, num_steps: int, tag_id: int | None = None) -> tuple[float, ...]:
+        if self._kind == "orm":
+            return (orm_score(data),)
+        return prm_scores(data, num_steps, self.step_tag, tag_id)
 
 
 def _number(value: object) -> float:

@@ -23,25 +23,17 @@ import anyio.to_thread
 
 from paragen.backends.vllm import VLLMConfig, cpu_safe, import_vllm
 from paragen.errors import build_config
-from paragen.scoring.base import (
-    DEFAULT_STEP_TAG,
-    ScoreRequest,
-    ScorerError,
-    ScorerKind,
-    StepScores,
-    reward_messages,
-)
-from paragen.scoring.pooled import check_kind, orm_score, prm_scores
+from paragen.scoring.base import DEFAULT_STEP_TAG, ScoreRequest, ScorerError, StepScores
+from paragen.scoring.pooled import PooledRewardModel
 
 
-class VLLMScorer:
+class VLLMScorer(PooledRewardModel):
     """A PRM (default) or ORM loaded by vLLM from ``model_path``; other options go to the engine."""
 
     def __init__(
         self, model_path: str, *, step_tag: str = DEFAULT_STEP_TAG, kind: str = "prm", **options: Any
     ) -> None:
-        self._kind: ScorerKind = check_kind(kind)
-        self.step_tag = step_tag
+        super().__init__(kind, step_tag)
         self.name = f"vllm:{model_path}"
         self.config = build_config(
             VLLMConfig,
@@ -54,10 +46,6 @@ class VLLMScorer:
         self._tag_id: int | None = None
         self._task = "token_classify"
         self._opening = anyio.Lock()
-
-    @property
-    def kind(self) -> ScorerKind:
-        return self._kind
 
     async def open(self) -> None:
         """Load the tokenizer and the engine (once), in a worker thread: loading takes seconds to
@@ -100,10 +88,7 @@ class VLLMScorer:
             await self.open()
         ids = self._prompt_ids(request)
         data = await self._encode(ids)
-        if self._kind == "orm":
-            steps: tuple[float, ...] = (orm_score(data),)
-        else:
-            steps = prm_scores(data, len(request.steps), self.step_tag, self._tag_id)
+        steps = self._steps(data, len(request.steps), self._tag_id)
         return StepScores(steps=steps, prompt_tokens=len(ids), count_source="token_ids")
 
     async def aclose(self) -> None:
@@ -113,7 +98,7 @@ class VLLMScorer:
             _shutdown(engine)
 
     def _prompt_ids(self, request: ScoreRequest) -> list[int]:
-        messages = reward_messages(request, self._kind, self.step_tag)
+        messages = self._messages(request)
         text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
         return list(self._tokenizer(text, add_special_tokens=False).input_ids)
 

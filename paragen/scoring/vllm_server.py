@@ -19,27 +19,14 @@ from typing import Any
 
 import httpx
 
-from paragen.scoring.base import (
-    DEFAULT_STEP_TAG,
-    ScoreRequest,
-    ScorerError,
-    ScorerKind,
-    StepScores,
-    reward_messages,
-)
-from paragen.scoring.pooled import (
-    ORM_SERVE_HINT,
-    PRM_SERVE_HINT,
-    check_kind,
-    orm_score,
-    prm_scores,
-)
+from paragen.scoring.base import DEFAULT_STEP_TAG, ScoreRequest, ScorerError, StepScores
+from paragen.scoring.pooled import ORM_SERVE_HINT, PRM_SERVE_HINT, PooledRewardModel
 
 _URL_HINT = "give the base URL of `vllm serve`, e.g. vllm-server:http://127.0.0.1:8000/v1"
 _PROBE = ScoreRequest(question="What is 1 + 1?", steps=("1 + 1 = 2.",))
 
 
-class VLLMServerScorer:
+class VLLMServerScorer(PooledRewardModel):
     """A PRM (default) or ORM behind a vLLM server; ``target`` is its base URL, with or without /v1."""
 
     def __init__(
@@ -56,9 +43,8 @@ class VLLMServerScorer:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             raise TypeError("transport is not a spec option")  # a test's hook, not a string
         self.root = target.rstrip("/").removesuffix("/v1")
+        super().__init__(kind, step_tag)
         self.model = model
-        self.step_tag = step_tag
-        self._kind: ScorerKind = check_kind(kind)
         self.name = f"vllm-server:{self.root}"
         key = os.environ.get(api_key_env) if api_key_env else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -66,10 +52,6 @@ class VLLMServerScorer:
             base_url=self.root, headers=headers, timeout=float(timeout), transport=transport
         )
         self._opened = False
-
-    @property
-    def kind(self) -> ScorerKind:
-        return self._kind
 
     async def open(self) -> None:
         """Find the model and rate a probe: misconfigurations fail here, once, not at every step."""
@@ -80,18 +62,14 @@ class VLLMServerScorer:
         self._opened = True
 
     async def score(self, request: ScoreRequest) -> StepScores:
-        messages = reward_messages(request, self._kind, self.step_tag)
+        messages = self._messages(request)
         body = {"model": self.model, "messages": messages, "add_generation_prompt": False}
         if self._kind == "orm":
             body["use_activation"] = False  # the raw reward, as the model's head gives it
         answer = await self._request("POST", "/pooling", json=body)
         data = _first_item(answer)
-        if self._kind == "orm":
-            steps: tuple[float, ...] = (orm_score(data),)
-        elif isinstance(data, list) and len(data) != len(request.steps):
-            steps = prm_scores(data, len(request.steps), self.step_tag, await self._tag_id())
-        else:
-            steps = prm_scores(data, len(request.steps), self.step_tag)
+        miscounted = self._kind == "prm" and isinstance(data, list) and len(data) != len(request.steps)
+        steps = self._steps(data, len(request.steps), await self._tag_id() if miscounted else None)
         prompt_tokens = _prompt_tokens(answer)
         source = "server" if prompt_tokens is not None else "none"
         return StepScores(steps=steps, prompt_tokens=prompt_tokens or 0, count_source=source)

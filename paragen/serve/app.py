@@ -32,7 +32,7 @@ from paragen.metrics import CONTENT_TYPE
 from paragen.serve.config import ServeConfig
 from paragen.serve.errors import APIError, bad_request, from_validation, internal_error
 from paragen.serve.health import start_health_checks
-from paragen.serve.render import ChatWire
+from paragen.serve.replies import ChatWire
 from paragen.serve.responses import RunResponse, RunStream, error_response
 from paragen.serve.responses_api import ResponsesRequest, ResponsesWire, new_id
 from paragen.serve.routing import AnyRequest

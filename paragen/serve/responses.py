@@ -20,9 +20,9 @@ from sse_starlette import EventSourceResponse
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from paragen.serve import render
+from paragen.serve import replies
 from paragen.serve.errors import APIError, internal_error
-from paragen.serve.render import SSE_END
+from paragen.serve.replies import SSE_END
 from paragen.serve.routing import Plan
 from paragen.serve.service import Service, failure
 from paragen.types import StrategyResult
@@ -36,7 +36,7 @@ def error_response(exc: APIError) -> JSONResponse:
 
 class Wire(Protocol):
     """One API's answer format: the whole body, or the frames of its event stream (chat and
-    completions chunks: :class:`paragen.serve.render.ChatWire`; the Responses API's events:
+    completions chunks: :class:`paragen.serve.replies.ChatWire`; the Responses API's events:
     :class:`paragen.serve.responses_api.ResponsesWire`). Frames are whole SSE events, encoded."""
 
     def answer(self, results: list[StrategyResult]) -> dict[str, Any]: ...
@@ -134,7 +134,7 @@ class RunStream(EventSourceResponse):
                 self._put(frame)
 
     def _on_event(self, index: int, event: Any) -> None:
-        text = render.event_comment(index, event)
+        text = replies.event_comment(index, event)
         if text is not None:
             self._put(b": " + text.encode() + SSE_END)
 

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from paragen.serve import render
+from paragen.serve import replies
 from paragen.serve.errors import APIError
 from paragen.serve.routing import Plan
 from paragen.serve.wire import ChatRequest, Message, ParagenOptions
@@ -138,7 +138,7 @@ class ResponsesWire:
 
     def answer(self, results: list[StrategyResult]) -> dict[str, Any]:
         [result] = results
-        status, text = self._status(result), render.answer_text(result)
+        status, text = self._status(result), replies.answer_text(result)
         output = []
         if result.reasoning:  # a thought is cut only where no answer followed it
             output.append(_reasoning(_new_id("rs"), result.reasoning, status if not text else "completed"))
@@ -146,7 +146,7 @@ class ResponsesWire:
         return self._response(result, output)
 
     def _status(self, result: StrategyResult) -> str:
-        return "incomplete" if render.finish_reason(self.plan, result) == "length" else "completed"
+        return "incomplete" if replies.finish_reason(self.plan, result) == "length" else "completed"
 
     def _response(self, result: StrategyResult | None, output: list[dict[str, Any]]) -> dict[str, Any]:
         """The response object: in progress (no result yet), or finished with ``output``."""
@@ -180,7 +180,7 @@ class ResponsesWire:
             body["incomplete_details"] = {"reason": "max_output_tokens"}
         body["output"] = output
         body["usage"] = usage([result])
-        body["paragen"] = render.choice_extension(self.plan, result, self.request.paragen.include_result)
+        body["paragen"] = replies.choice_extension(self.plan, result, self.request.paragen.include_result)
         return body
 
     # -- streamed -------------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ class ResponsesWire:
     def closing(self, results: list[StrategyResult]) -> list[bytes]:
         [result] = results
         frames = []
-        text = render.answer_text(result)
+        text = replies.answer_text(result)
         if self.plan.strategy_name is not None:  # a pass-through's thinking and text have streamed
             if result.reasoning:
                 frames.append(self.reasoning(0, result.reasoning))
@@ -262,7 +262,7 @@ class ResponsesWire:
         data = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
         text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-        return b"event: " + kind.encode() + b"\r\n" + render.sse_data(text)
+        return b"event: " + kind.encode() + b"\r\n" + replies.sse_data(text)
 
 
 def _new_id(prefix: str) -> str:
@@ -296,7 +296,7 @@ def _message(item_id: str, text: str, status: str) -> dict[str, Any]:
 
 def usage(results: list[StrategyResult]) -> dict[str, Any]:
     """The Responses API's usage: chat's counts under its names, with ``paragen`` beside them."""
-    chat = render.usage(results)
+    chat = replies.usage(results)
     cached = chat.get("prompt_tokens_details", {}).get("cached_tokens", 0)
     return {
         "input_tokens": chat["prompt_tokens"],

@@ -103,7 +103,11 @@ RUN_CASES = [
     Case("option for another strategy", ["run", Q, "-O", "ffs.k=2", *SCRIPTED], "not among the chosen"),
     Case("old --opt flag", ["run", Q, "--opt", "n=2", *SCRIPTED], "No such option: --opt"),
     Case("old -o for an option", ["run", Q, "-o", "n=2", *SCRIPTED], "looks like an option"),
-    Case("unknown scorer", ["run", Q, "-s", "best_of_n", "-O", "scorer=nope", *SCRIPTED], "unknown scorer"),
+    Case(
+        "unknown scorer",
+        ["run", Q, "-s", "best_of_n", "-O", "scorer=nope", *SCRIPTED],
+        "unknown best_of_n scorer",
+    ),
     Case(
         "threshold out of range",
         ["run", Q, "-s", "adaptive_consistency", "-O", "threshold=2", *SCRIPTED],

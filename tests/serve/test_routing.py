@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from paragen.config import Budget
-from paragen.serve import render
+from paragen.serve import replies
 from paragen.serve.errors import APIError
 from paragen.serve.routing import Router
 from paragen.serve.wire import ChatRequest, CompletionRequest
@@ -122,7 +122,7 @@ def test_usage_extension_sums_every_generated_token() -> None:
     ]
     usage = RunUsage(total_tokens=13, prompt_tokens=13, sequential_tokens=10, wasted_tokens=3, judge_tokens=7)
     result = StrategyResult(strategy="x", problem_id="p", answer="1", traces=traces, usage=usage)
-    body = render.usage([result])
+    body = replies.usage([result])
     assert body["completion_tokens"] == 15 and body["prompt_tokens"] == 13 and body["total_tokens"] == 28
     assert body["paragen"]["sequential_tokens"] == 10 and body["paragen"]["wasted_tokens"] == 3
 
@@ -144,8 +144,8 @@ def test_plain_request_runs_on_the_servers_own_settings() -> None:
 def test_content_chunks_from_the_template_are_the_chunks(kind: Any, text: str) -> None:
     field = {"messages": Q} if kind is ChatRequest else {"prompt": "What is 7 + 5?"}
     plan = router().plan(kind.model_validate({"model": "smollm2", **field}))
-    fast = render.ContentChunks(plan, 1700000000, 2)
-    assert fast(text) == render.chunk(plan, 1700000000, 2, text=text)
+    fast = replies.ContentChunks(plan, 1700000000, 2)
+    assert fast(text) == replies.chunk(plan, 1700000000, 2, text=text)
 
 
 @pytest.mark.parametrize("name", ["passthrough", "tool_vote"])

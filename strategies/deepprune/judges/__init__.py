@@ -3,7 +3,8 @@
 Judges are plugins under the entry-point group "paragen.judges"; the built-ins are
 ``lexical`` (n-gram Jaccard), ``embedding`` (sentence-embedding cosine, all-MiniLM-L6-v2),
 ``llm`` (yes/no probability from the run's own backend) and ``model`` (an in-process judge
-model such as THU-KEG/DeepPrune-Judge-4B, given a local path).
+model such as THU-KEG/DeepPrune-Judge-4B, given a local path). A judge that is not registered
+may be named by its class, ``package.module:Class``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import anyio
 import anyio.to_thread
 
 from paragen import RunContext
-from paragen.errors import ConfigError, PluginNotFoundError
+from paragen.errors import ConfigError
 from paragen.registry import JUDGE_GROUP, load
 
 Pair = tuple[str, str]
@@ -49,16 +50,9 @@ async def scored_in_thread(
 
 
 def load_judge(name: str, options: dict[str, Any] | None = None) -> Judge:
-    """Build the judge registered as ``name`` (entry points first, then the built-ins)."""
-    try:
-        cls = load(JUDGE_GROUP, name)
-    except PluginNotFoundError:
-        if name not in BUILTIN:
-            raise
-        import importlib
-
-        module, _, attr = BUILTIN[name].partition(":")
-        cls = getattr(importlib.import_module(module), attr)
+    """Build the judge registered as ``name`` (entry points first, then the built-ins), or the class a
+    ``module:Class`` spec names."""
+    cls = load(JUDGE_GROUP, name, BUILTIN)
     try:
         judge = cls(**(options or {}))
     except TypeError as exc:

@@ -100,13 +100,7 @@ _BUILTIN = {
 
 def load_tool(name: str) -> Tool:
     """A tool by name: registered plugins first, then the built-ins (so they work uninstalled)."""
-    try:
-        found = load(TOOL_GROUP, name)
-    except ConfigError:
-        if name not in _BUILTIN:
-            raise
-        module, attr = _BUILTIN[name].split(":")
-        found = getattr(__import__(module, fromlist=[attr]), attr)
+    found = load(TOOL_GROUP, name, _BUILTIN)
     if not isinstance(found, Tool):
         raise ConfigError(f"tool {name!r} is not a Tool (decorate it with strategies.llmcompiler.tools.tool)")
     return found

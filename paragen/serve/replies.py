@@ -1,4 +1,5 @@
-"""Answers in the OpenAI wire format, with paragen's extensions beside the standard fields.
+"""Replies in the OpenAI wire format (chat completions, and what the Responses API shares), with
+paragen's extensions beside the standard fields; :mod:`paragen.serve.wire` reads the requests.
 
 Extensions (documented in docs/serve.md), all ignored by clients that do not know them:
 
