@@ -25,7 +25,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from paragen import _tracing as tracing
 from paragen._ledger import Account
-from paragen._live import LiveSample, Monitor, stop_sample
+from paragen._live import LiveSample, Monitor, abort_choices, stop_sample, stop_samples
 from paragen.backends.base import Capabilities, CompletionStream
 from paragen.errors import BackendError
 from paragen.reasoning import ThinkFormat, leaves_open, prefill_of
@@ -80,9 +80,8 @@ class Fanout:
         return [live for live in self._lives if live.is_running]
 
     async def cancel(self, reason: str) -> None:
-        """Stop every sample of this fan-out that still runs."""
-        for live in self._lives:
-            await stop_sample(live, reason, "cancelled")
+        """Stop every sample of this fan-out that still runs, all at once (``stop_samples``)."""
+        await stop_samples(self._lives, reason, "cancelled")
 
     async def stop(self, trace_id: int, reason: str, *, pruned: bool = False) -> None:
         """Stop one sample (status "pruned" when ``pruned``, else "cancelled")."""
@@ -225,9 +224,8 @@ class Fanout:
                         live.group = live.stream = stream
                         live.request = request
                         live.on_stop = functools.partial(end_choice, live)
-                        if live.stop_reason is not None:  # stopped before the stream opened
-                            await stream.abort(live.index)
-                            end_choice(live)
+                    # the choices stopped before the stream opened
+                    await abort_choices([live for live in lives if live.stop_reason is not None])
                     async for delta in stream:
                         live = lives[delta.index]
                         if not live.is_running or live.stop_reason is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -285,12 +285,42 @@ def continuation(live: LiveSample, suffix: str, **params: Any) -> GenerateReques
 
 async def stop_sample(live: LiveSample, reason: str, status: TraceStatus) -> None:
     """Stop one running sample: cancel its own request, or abort its choice of a shared one."""
-    if not live.is_running or live.stop_reason is not None:
-        return
-    live.request_stop(reason, status)
-    if live.scope is not None:
-        live.scope.cancel()
-    elif live.group is not None:
-        await live.group.abort(live.index)
-        if live.on_stop is not None:
-            live.on_stop()
+    await stop_samples([live], reason, status)
+
+
+async def stop_samples(lives: Iterable[LiveSample], reason: str, status: TraceStatus) -> None:
+    """Stop running samples as one operation: every one is marked (and its own request's scope
+    cancelled) before any abort is awaited, then the choices' aborts run together.
+
+    So a cancel of n samples waits as long as one abort (the engine applies the aborts that
+    arrive together at one step boundary), and a sample marked here cannot end "ok" while
+    another's abort is awaited: its later deltas are dropped.
+    """
+    to_abort: list[LiveSample] = []
+    for live in lives:
+        if not live.is_running or live.stop_reason is not None:
+            continue
+        live.request_stop(reason, status)
+        if live.scope is not None:
+            live.scope.cancel()
+        elif live.group is not None:
+            to_abort.append(live)
+    await abort_choices(to_abort)
+
+
+async def abort_choices(lives: Sequence[LiveSample]) -> None:
+    """Abort the choices of ``lives`` (of shared streams, marked to stop) all at once, each trace
+    closed once its own abort has landed."""
+    if len(lives) == 1:
+        await _abort_choice(lives[0])
+    elif lives:
+        async with anyio.create_task_group() as group:
+            for live in lives:
+                group.start_soon(_abort_choice, live)
+
+
+async def _abort_choice(live: LiveSample) -> None:
+    assert live.group is not None
+    await live.group.abort(live.index)
+    if live.on_stop is not None:
+        live.on_stop()

@@ -8,7 +8,11 @@ Leaving the ``async with`` block early (break, exception, cancellation) cancels 
 request for real: the HTTP response is closed so the server aborts it, the engine
 sequence is aborted and its cache freed. ``stream.abort(index)`` stops one choice
 of an ``n > 1`` request while the others go on, where ``capabilities.per_choice_abort``
-says the backend can; after it, no more deltas of that choice are delivered.
+says the backend can; after it, no more deltas of that choice are delivered. A cancel that
+stops several samples issues all its aborts before it awaits any (they run concurrently, on one
+stream or on several) and every stream's scope is cancelled at once, so a backend sees them
+together: the engine applies the aborts that arrive together at one step boundary, and an abort
+should not wait for anything but its own choice's end.
 
 ``stream.usage`` is live: backends update it as they learn counts (prompt tokens as
 soon as known, completion tokens as they stream), so budgets see tokens as they come.
@@ -72,7 +76,8 @@ class CompletionStream(Protocol):
     def __aiter__(self) -> AsyncIterator[Delta]: ...
 
     async def abort(self, index: int) -> None:
-        """Stop choice ``index``; the others continue. Raises if not supported."""
+        """Stop choice ``index``; the others continue. Raises if not supported. May be called for
+        several choices at once (concurrently): each returns once its own choice is stopped."""
         ...
 
 

@@ -4,7 +4,9 @@ Only the step thread touches the engine's state. The event loop hands it new req
 and aborts through a locked inbox, and gets each step's outputs back through one
 ``anyio.from_thread.run_sync`` call per event loop, which puts them into per-request
 memory object streams (``streams.py``). An abort is applied at the next step boundary; the
-caller can wait for it (the cache is free once the returned event is set). ``call`` runs a
+caller can wait for it (the cache is free once the returned event is set). Every abort in the
+inbox at a boundary is applied there, and the aborts an event loop sends together are posted as
+one, so a cancel of many sequences costs at most one step. ``call`` runs a
 function on the step thread between steps, so it is serialized with ordinary requests' steps;
 ``call_batched`` does the same for calls that can share one batch (shared sessions' forward
 passes): those waiting together run as one call (``calls.py``).
@@ -43,12 +45,21 @@ class _Inbox:
     calls: list[Call] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _AbortBatch:
+    """Aborts sent from one event loop in one pass, posted to the step thread together."""
+
+    seq_ids: list[int]
+    landed: anyio.Event = field(default_factory=anyio.Event)
+
+
 class AsyncEngine:
     def __init__(self, engine: LLMEngine, *, merge_batched_calls: bool = True):
         self.engine = engine
         self.calls = StepCalls(merge_batched_calls=merge_batched_calls)
         self._cond = threading.Condition()
         self._inbox = _Inbox()
+        self._abort_batches: dict[anyio.lowlevel.EventLoopToken, _AbortBatch] = {}
         self._sinks = Sinks(engine)
         self._thread: threading.Thread | None = None
         self._is_closed = False
@@ -80,9 +91,28 @@ class AsyncEngine:
         return done
 
     async def abort_and_wait(self, seq_ids: list[int]) -> None:
-        done = self.abort(seq_ids)
+        """``abort`` and wait until the cache is free (shielded: a cancelled caller still waits).
+
+        The aborts an event loop sends in one pass (the siblings one cancel stops, the streams
+        it closes) are posted as one: the first waits one checkpoint for the others to join it,
+        so the step thread cannot take them at two step boundaries.
+        """
+        loop = anyio.lowlevel.current_token()
         with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_WAIT_S):
-            await anyio.to_thread.run_sync(done.wait)
+            batch = self._abort_batches.get(loop)
+            if batch is not None:
+                batch.seq_ids += seq_ids
+                await batch.landed.wait()
+                return
+            batch = self._abort_batches[loop] = _AbortBatch(list(seq_ids))
+            try:
+                await anyio.lowlevel.checkpoint()
+            finally:
+                del self._abort_batches[loop]
+            try:
+                await anyio.to_thread.run_sync(self.abort(batch.seq_ids).wait)
+            finally:
+                batch.landed.set()
 
     async def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the step thread between two steps and return its result (or raise its error).

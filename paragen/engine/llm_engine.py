@@ -69,6 +69,7 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, self.cache)
         self.seqs: dict[int, Sequence] = {}
         self.num_prefilled_tokens = 0  # tokens run through a prefill (not reused from the cache)
+        self.num_steps = 0  # forward passes run by step() (what an abort's latency is counted in)
         self.eos_ids = set(self.cfg.eos_token_ids) | {self.tokenizer.eos_token_id} - {None}
 
     def memory(self) -> dict[str, int]:
@@ -190,6 +191,7 @@ class LLMEngine:
         seqs, is_prefill = self.scheduler.schedule()
         if not seqs:
             return []
+        self.num_steps += 1
         if is_prefill:
             seqs = [seqs[0], *seqs[0].forks]
             self.num_prefilled_tokens += seqs[0].num_tokens - seqs[0].num_cached_tokens
