@@ -53,7 +53,8 @@ def test_help_and_listing_do_not_import_torch_or_vllm() -> None:
 def _surface_paragraph(opening: str) -> str:
     page = (Path(__file__).parents[2] / "docs" / "plugins.md").read_text()
     start = page.index(opening)
-    return page[start : page.index("\n\n", start)]
+    end = page.find("\n\n", start)
+    return page[start : end if end != -1 else None]
 
 
 def test_all_is_exactly_the_surface_the_docs_name() -> None:
