@@ -42,13 +42,16 @@ StrategyOpts = Annotated[
     typer.Option(
         "--strategy-opt",
         "-O",
+        metavar="[STRATEGY.]KEY=VALUE",
         help="strategy option [STRATEGY.]KEY=VALUE (without STRATEGY: every chosen strategy)",
     ),
 ]
 BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="KIND[:TARGET], e.g. engine, openai:URL")]
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="model name (server) or path (engine)")]
 BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible server URL")]
-BackendOpts = Annotated[list[str], typer.Option("--backend-opt", help="backend option KEY=VALUE")]
+BackendOpts = Annotated[
+    list[str], typer.Option("--backend-opt", metavar="KEY=VALUE", help="backend option KEY=VALUE")
+]
 TemperatureOpt = Annotated[float, typer.Option("--temperature", help="sampling temperature")]
 MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="max tokens per sample")]
 MaxTotalTokensOpt = Annotated[

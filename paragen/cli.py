@@ -8,9 +8,8 @@ libraries (torch, vllm) are imported only when a backend that needs them is buil
 from __future__ import annotations
 
 import sys
-import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -45,7 +44,38 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Help texts are plain text: in rich markup "needs paragen[otel]" would print as "needs paragen".
+    rich_markup_mode=None,
 )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("paragen")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from paragen import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"paragen {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="print paragen's version and exit", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Parallel test-time reasoning for LLMs: strategies, backends, evals."""
 
 
 @app.command()
@@ -100,47 +130,36 @@ def run(
 
 
 @app.command("strategies")
-def list_strategies() -> None:
-    """List the installed strategies and their config fields."""
-    _list_plugins(STRATEGY_GROUP)
+def list_strategies(
+    name: Annotated[
+        str | None, typer.Argument(help="show this strategy's config fields (-O KEY=VALUE)")
+    ] = None,
+) -> None:
+    """List the installed strategies, one line each; with NAME, that strategy's config fields."""
+    from paragen._cli_listing import list_plugins, show_plugin
+
+    if name is None:
+        list_plugins(STRATEGY_GROUP, "strategies")
+    else:
+        show_plugin(STRATEGY_GROUP, name, "-O")
 
 
 @app.command("backends")
-def list_backends() -> None:
-    """List the installed backends and their options (--backend-opt KEY=VALUE)."""
-    _list_plugins(BACKEND_GROUP)
+def list_backends(
+    name: Annotated[
+        str | None, typer.Argument(help="show this backend's options (--backend-opt KEY=VALUE)")
+    ] = None,
+) -> None:
+    """List the installed backends, one line each; with NAME, that backend's options."""
+    from paragen._cli_listing import list_plugins, show_plugin
+
+    if name is None:
+        list_plugins(BACKEND_GROUP, "backends")
+    else:
+        show_plugin(BACKEND_GROUP, name, "--backend-opt")
 
 
 app.command("serve")(serve_command)
-
-
-def _list_plugins(group: str) -> None:
-    """One row per plugin; one that does not load is shown as such and the others still listed."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("name", "config fields (default)")
-    for name in names(group):
-        try:
-            config = getattr(load(group, name), "Config", None)
-        except ParagenError as exc:
-            table.add_row(name, f"[dim]unavailable: {exc.message}[/dim]")
-            continue
-        fields = getattr(config, "model_fields", {})
-        described = (_describe_field(k, v) for k, v in fields.items())
-        table.add_row(name, ", ".join(described) or "no options")
-    Console().print(table)
-
-
-def _describe_field(name: str, info: Any) -> str:
-    """``name (default)``; a field with a fixed set of values lists them (a preset's names, a layout's)."""
-    if info.is_required():
-        return f"{name} (required)"
-    default = f"{info.get_default(call_default_factory=True)!r}"
-    if typing.get_origin(info.annotation) is typing.Literal:
-        choices = " | ".join(repr(c) for c in typing.get_args(info.annotation))
-        return f"{name} ({default}; one of {choices})"
-    return f"{name} ({default})"
 
 
 _mounted: set[str] = set()

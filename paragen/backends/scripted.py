@@ -81,7 +81,7 @@ class StreamRecord:
 
 
 class ScriptedBackend:
-    """Deterministic backend; see the module docstring."""
+    """Scripted replies with fixed delays and chosen faults, for tests and model-free demos; no model."""
 
     name = "scripted"
 

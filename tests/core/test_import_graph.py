@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # What a strategy may import from paragen: the curated top level, and these submodules, which
-# are documented as public (README "Writing a strategy plugin"): pure helpers, data types, the
+# are documented as public (docs/plugins.md, "The public surface"): pure helpers, data types, the
 # error tree and the plugin registry. Everything else (context internals, fanout, live,
 # backends, orchestrator, engine) is the core's own business.
 PUBLIC_SUBMODULES = frozenset(

@@ -80,7 +80,9 @@ def test_plugin_is_listed_and_runs_by_name(installed_plugin: None) -> None:
     listing = _paragen("strategies")
     assert listing.returncode == 0, listing.stderr
     assert "shortest_plugin" in listing.stdout
-    assert "n (3)" in listing.stdout
+    fields = _paragen("strategies", "shortest_plugin")
+    assert fields.returncode == 0, fields.stderr
+    assert "n (3)" in fields.stdout
     run = _paragen("run", "What is 2 + 3?", "-s", "shortest_plugin", "-b", "scripted", "--json")
     assert run.returncode == 0, run.stderr
     assert '"strategy": "shortest_plugin"' in run.stdout

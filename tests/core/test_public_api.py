@@ -50,26 +50,27 @@ def test_help_and_listing_do_not_import_torch_or_vllm() -> None:
     assert "Usage" in out.stdout
 
 
-def _readme_paragraph(opening: str) -> str:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    start = readme.index(opening)
-    return readme[start : readme.index("\n\n", start)]
+def _surface_paragraph(opening: str) -> str:
+    page = (Path(__file__).parents[2] / "docs" / "plugins.md").read_text()
+    start = page.index(opening)
+    end = page.find("\n\n", start)
+    return page[start : end if end != -1 else None]
 
 
-def test_all_is_exactly_the_surface_the_readme_names() -> None:
-    surface = _readme_paragraph("The public surface.")
+def test_all_is_exactly_the_surface_the_docs_name() -> None:
+    surface = _surface_paragraph("The public surface.")
     named = surface.split("is exactly", 1)[1].split("(`tests/core", 1)[0]
     assert sorted(re.findall(r"`([\w]+)`", named)) == sorted(paragen.__all__)
 
 
-def test_every_core_module_is_private_by_name_or_named_public_in_the_readme() -> None:
-    surface = _readme_paragraph("The public surface.")
+def test_every_core_module_is_private_by_name_or_named_public_in_the_docs() -> None:
+    surface = _surface_paragraph("The public surface.")
     public = {m for m in re.findall(r"`paragen\.(\w+)`", surface) if not m.startswith("_")}
     root = Path(paragen.__file__).parent
     modules = {p.stem for p in root.glob("*.py") if p.stem != "__init__"}
     modules |= {p.name for p in root.iterdir() if (p / "__init__.py").exists()}
     unmarked = {m for m in modules if not m.startswith("_")}
-    assert unmarked == public, "name a new core module _private, or list it in the README as public"
+    assert unmarked == public, "name a new core module _private, or list it in docs/plugins.md as public"
     helpers = {p.stem for p in (root.parent / "strategies").glob("*.py") if not p.stem.startswith("_")}
     registered = {ep.value.split(":")[0].split(".")[1] for ep in entry_points(group="paragen.strategies")}
     assert helpers <= registered, f"strategy helpers not named private: {sorted(helpers - registered)}"
