@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from paragen.engine.hogwild.session import EngineSharedSession
-from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
-from paragen.types import SamplingParams
+from paragen.types import SamplingParams, SharedRow
 
 TEXT = "The workers split the problem: one checks the arithmetic while the other plans the next step. "
 VIEWS = Path(__file__).parent / "views"

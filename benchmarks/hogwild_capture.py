@@ -21,8 +21,8 @@ import paragen.engine.hogwild.batch as batch
 from paragen import Orchestrator, Problem, SamplingParams, build_strategy
 from paragen.backends.engine import EngineBackend
 from paragen.engine.hogwild.session import EngineSharedSession
-from paragen.engine.hogwild.types import SharedSample
 from paragen.errors import EngineError
+from paragen.types import SharedSample
 
 QUESTION = "What is (347 * 29) + 1185 - 64?"
 

@@ -2,7 +2,7 @@
 
 A 4-worker eval's pass reads 8 sessions' views of ~1,100 slots each (prompt, history, the workers'
 current steps), and every worker of a session reads the same slots, each in its own order and at its
-own shifts. ``paragen/engine/hogwild/fused_reads.py`` gives those rows one list of keys (a class),
+own shifts. The pass's plan (``paragen/engine/hogwild/reads.py``) gives those rows one list of keys (a class),
 so the kernel loads each key from memory once for all of them; this times a pass's attention (one
 call per layer, 30 layers) with the classes as built, and with every row its own class (each worker
 reading the keys again), in one process, alternating. A class of one token is summed as a plain decode
@@ -29,8 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from paragen.engine.hogwild.fused_reads import fused_reads
-from paragen.engine.hogwild.view import RowView
+from paragen.engine.hogwild.reads import RowView, plan_reads
 from paragen.engine.kernels import fused
 
 HEADS, KV_HEADS, HEAD_DIM, LAYERS, SESSIONS = 9, 3, 64, 30, 8
@@ -75,7 +74,9 @@ def measure(workers: int, view: int, dtype: torch.dtype) -> dict[str, float]:
     caches = [torch.randn(2 * KV_HEADS, SESSIONS * 3000, HEAD_DIM).to(dtype) for _ in range(LAYERS)]
     rows = session_views(workers, view)
     qkv = torch.randn(len(rows), HEADS + 2 * KV_HEADS, HEAD_DIM).to(dtype)
-    classes, rotations = fused_reads(rows, (torch.randn(4096, HEAD_DIM), torch.randn(4096, HEAD_DIM)))
+    classes, rotations = fused.hogwild_reads(
+        plan_reads(rows), (torch.randn(4096, HEAD_DIM), torch.randn(4096, HEAD_DIM))
+    )
 
     def run(reads: fused.FusedReads) -> Callable[[torch.Tensor], torch.Tensor]:
         layers = fused.attention(

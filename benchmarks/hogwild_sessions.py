@@ -26,8 +26,7 @@ import time
 import anyio
 
 from paragen.backends.engine import EngineBackend
-from paragen.engine.hogwild.types import SharedRow
-from paragen.types import SamplingParams
+from paragen.types import SamplingParams, SharedRow
 
 PROMPT = "Two workers solve the problem together; each sees what the other writes as it writes it. " * 4
 PARAMS = SamplingParams(max_tokens=100_000, temperature=0.7, seed=0)

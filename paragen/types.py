@@ -8,7 +8,7 @@ token or chunk), so it is a slotted dataclass instead.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -339,3 +339,22 @@ class StrategyResult(Model):
     config: dict[str, Any] = Field(default_factory=dict)
     tool_calls: list[dict[str, Any]] | None = None  # the reply is these function calls (OpenAI's format)
     details: dict[str, Any] = Field(default_factory=dict)  # findings that are not numbers (a tool vote)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRow:
+    """One worker's input to a shared session's forward pass (Hogwild!: docs/hogwild.md)."""
+
+    worker: int  # which worker's sampler stream (seed = params.seed + worker)
+    view: Sequence[int]  # segment ids, in order; the input tokens are appended to view[-1]
+    # >= 1 input tokens written into view[-1]; every row writes (layer by layer) before any row reads,
+    # so peers see each other's new tokens in the same forward pass.
+    token_ids: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedSample:
+    """The next token sampled from a shared session's row, at its last position."""
+
+    token_id: int
+    logprob: float | None = None  # when the session's params ask for logprobs

@@ -35,11 +35,11 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from paragen._tool_calls import merge
-from paragen.engine.hogwild.types import SharedRow as SharedRow
-from paragen.engine.hogwild.types import SharedSample as SharedSample
 from paragen.errors import ConfigError
 from paragen.reasoning import ThinkFormat
 from paragen.types import Completion, Delta, GenerateRequest, SamplingParams, Usage
+from paragen.types import SharedRow as SharedRow
+from paragen.types import SharedSample as SharedSample
 
 
 class Capabilities(BaseModel):

@@ -109,8 +109,7 @@ class PromptHeads:
 
     Every problem of an eval starts its sessions with the same instructions (~280 tokens of a ~300
     token prompt): a session whose first segment begins with a live session's whole blocks takes
-    those blocks (one more reference each) instead of computing them again, and the attention may
-    then read them once for every session in a pass (``hogwild/class_regions.py``). An entry points
+    those blocks (one more reference each) instead of computing them again. An entry points
     at blocks its session holds and takes no reference of its own: the session drops it before
     freeing them.
     Keys and values of a token depend only on the tokens before it and its position, and a first

@@ -102,17 +102,11 @@ def long_llama(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) ->
     )
 
 
-@pytest.fixture(
-    params=[0, 4, 10**6, "fused", "triton", "triton-eager"],
-    ids=["torch-all-query-side", "torch-mixed", "torch-all-key-side", "fused", "triton", "triton-eager"],
-)
+@pytest.fixture(params=["torch", "fused", "triton", "triton-eager"])
 def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine's shared attentions: the Triton kernel (CUDA's: its decode passes replayed from CUDA
-    graphs, or all run eagerly), the fused kernel (a CPU with a C compiler), and the torch one in its
-    two ways of reading a shifted segment, each where it alone is used and both in one pass: every
-    shifted segment by a rotated query, segments under 4 tokens (the tests' headers) by rotated keys
-    and the rest by rotated queries, every one by rotated keys."""
-    from paragen.engine.hogwild import layout
+    """The engine's shared attentions, each reading the pass's plan (hogwild/reads.py): the Triton
+    kernel (CUDA's: its decode passes replayed from CUDA graphs, or all run eagerly), the fused kernel
+    (a CPU with a C compiler), and the torch one."""
     from paragen.engine.kernels import fused, triton_attention
 
     if request.param in ("triton", "triton-eager"):  # on a CPU in Triton's interpreter (no graphs)
@@ -133,7 +127,6 @@ def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
             pytest.skip("the fused attention runs on a CPU with a C compiler only")
         return
     monkeypatch.setenv("PARAGEN_FUSED_ATTENTION", "0")
-    monkeypatch.setattr(layout, "SHORT_SEGMENT", request.param)
 
 
 # The fused kernel's paths by what the CPU has: built for this CPU (with AVX512-BF16: the bf16

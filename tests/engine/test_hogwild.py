@@ -12,10 +12,9 @@ from transformers.models.llama.modeling_llama import rotate_half
 
 from paragen.engine.hogwild.batch import SharedForward, forward_together
 from paragen.engine.hogwild.session import EngineSharedSession
-from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
 from paragen.errors import EngineError
-from paragen.types import SamplingParams
+from paragen.types import SamplingParams, SharedRow
 
 GREEDY = SamplingParams(max_tokens=64, temperature=0.0)
 TEXTS = {

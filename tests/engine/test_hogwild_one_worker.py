@@ -23,11 +23,10 @@ import torch
 
 from paragen.engine import model_runner
 from paragen.engine.hogwild.session import EngineSharedSession
-from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.sampler import SampleBatch, Sampled, sample
 from paragen.prompts import solve_messages
-from paragen.types import SamplingParams
+from paragen.types import SamplingParams, SharedRow
 
 pytestmark = pytest.mark.slow
 QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"

@@ -23,9 +23,8 @@ from test_hogwild import Reference
 from transformers.models.llama.modeling_llama import rotate_half
 
 from paragen.engine.hogwild.session import EngineSharedSession
-from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
-from paragen.types import SamplingParams
+from paragen.types import SamplingParams, SharedRow
 
 GREEDY = SamplingParams(max_tokens=64, temperature=0.0)
 PROMPT_TOKENS = 1450

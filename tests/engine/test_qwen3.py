@@ -19,12 +19,11 @@ from test_model import PROMPTS, check_equal
 
 from paragen.engine import loader, model_config
 from paragen.engine.hogwild.session import EngineSharedSession
-from paragen.engine.hogwild.types import SharedRow
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.sampler import Sampled
 from paragen.engine.sequence import Sequence
 from paragen.errors import ConfigError
-from paragen.types import SamplingParams
+from paragen.types import SamplingParams, SharedRow
 
 # Largest logit difference from HF transformers in fp32 allowed for every step of every row (the
 # engine's stated tolerance, docs/engine.md). fp32: rounding of sums taken in another order. bf16:

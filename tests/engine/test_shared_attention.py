@@ -3,14 +3,12 @@
 Each row's view is a list of segments whose keys are stored rotated at their own positions; the
 reference rotates every stored key by its segment's shift (the key-rotation form: the key a plain
 forward over the flattened view would hold), rotates the query at its view position, and runs
-causal attention over the view in float64. The groups mix everything the engine has to lay out:
-prompts whose first slots several sessions share (the head), a prompt several rows share (their
-class's common region), segments several rows of a session
-read at shifts of their own (the workers' steps, and each other's own segments: the class's
-pieces), unshifted and shifted segments of one row, short shifted ones (headers: keys rotated) and
-long ones (steps: a query per shift), negative shifts, several segments with one shift, the own
-segment shifted or not, long or short, and rows feeding one or several tokens (the future of the
-own segment hidden).
+causal attention over the view in float64. The passes mix everything a plan (hogwild/reads.py) has
+to hold: prompts whose first slots several sessions share, segments several rows of a session read
+at shifts of their own (the workers' steps, and each other's own segments: one key class, in the
+first row's order), unshifted and shifted segments of one row, short ones (headers) and long ones
+(steps), negative shifts, several segments with one shift (one run), the own segment shifted or
+not, long or short, and rows feeding one or several tokens (the future of the own segment hidden).
 """
 
 from __future__ import annotations
@@ -23,10 +21,8 @@ import torch
 from conftest import DEVICE
 
 from paragen.engine.attention import SMALL_BATCH
-from paragen.engine.hogwild import fused_reads, layout, torch_attention
-from paragen.engine.hogwild.groups import build_group
-from paragen.engine.hogwild.view import RowView
-from paragen.engine.kernels import fused
+from paragen.engine.hogwild.reads import RowView, plan_reads
+from paragen.engine.kernels import fused, torch_attention
 
 HEADS, KV_HEADS, D, SLOTS, POSITIONS = 6, 2, 16, 4096, 2048
 SCALE = 0.25
@@ -56,7 +52,7 @@ def fused_attention(
     rows: list[RowView], rotation_tables: tuple[torch.Tensor, torch.Tensor], *, num_heads: int
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The fused kernel's attention over the rows, as the engine's forward builds it."""
-    reads, rotations = fused_reads.fused_reads(rows, rotation_tables)
+    reads, rotations = fused.hogwild_reads(plan_reads(rows), rotation_tables)
     return fused.attention(
         reads, num_heads=num_heads, num_kv_heads=KV_HEADS, scale=SCALE, rotations=rotations
     )
@@ -112,29 +108,23 @@ def reference(row: RowView, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
     return torch.stack(out)
 
 
-@pytest.mark.parametrize("short_segment", [0, 32, 10**6])
+@pytest.mark.parametrize("seed", [0, 32, 997])
 @pytest.mark.parametrize("num_new", [1, 3])
-def test_groups_match_per_row_attention(
-    num_new: int, short_segment: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(layout, "SHORT_SEGMENT", short_segment)
-    rng = random.Random(num_new * 1000 + short_segment % 997)
+def test_torch_matches_per_row_attention(num_new: int, seed: int) -> None:
+    rng = random.Random(num_new * 1000 + seed)
     torch.manual_seed(num_new)
-    check_groups(rng, num_new, torch.float32, sessions=(1, 3), per_session=(1, 3), atol=2e-5)
+    check_torch(rng, num_new, torch.float32, sessions=(1, 3), per_session=(1, 3), atol=2e-5)
 
 
-@pytest.mark.parametrize("short_segment", [0, 32])
-def test_large_bf16_groups_match_per_row_attention(
-    short_segment: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # past SMALL_BATCH rows a batch computes in the model's dtype: bf16 matmuls over the gathered regions
-    monkeypatch.setattr(layout, "SHORT_SEGMENT", short_segment)
-    rng = random.Random(7 + short_segment)
+@pytest.mark.parametrize("seed", [0, 32])
+def test_large_bf16_torch_matches_per_row_attention(seed: int) -> None:
+    # past SMALL_BATCH tokens a batch computes in the model's dtype: bf16 matmuls over the gathered runs
+    rng = random.Random(7 + seed)
     torch.manual_seed(7)
-    check_groups(rng, 1, torch.bfloat16, sessions=(9, 9), per_session=(2, 3), atol=3e-2)  # 18-27 rows
+    check_torch(rng, 1, torch.bfloat16, sessions=(9, 9), per_session=(2, 3), atol=3e-2)  # 18-27 rows
 
 
-def check_groups(
+def check_torch(
     rng: random.Random,
     num_new: int,
     dtype: torch.dtype,
@@ -152,11 +142,11 @@ def check_groups(
         rng.shuffle(free)
         rows = random_rows(rng, num_new, free, rng.randint(*sessions), per_session)
         assert dtype == torch.float32 or len(rows) > SMALL_BATCH  # the bf16 path
-        group = build_group(rows, 0, num_slots=SLOTS, num_kv_rows=2 * KV_HEADS, tables=cos_sin)
         qkv = torch.randn(len(rows) * num_new, HEADS + 2 * KV_HEADS, D).to(dtype)
         attend = torch_attention.attention(
-            [group],
-            num_tokens=len(rows) * num_new,
+            plan_reads(rows),
+            cos_sin,
+            num_slots=SLOTS,
             num_heads=HEADS,
             num_kv_heads=KV_HEADS,
             head_dim=D,
@@ -238,7 +228,7 @@ def test_fused_session_classes_match_per_row_attention(dtype: torch.dtype, kerne
         rows = session_rows(rng, free, sessions, (1, 12 if trial % 4 == 1 else 4), header=0.2)
         num_new = [row.num_new for row in rows]
         qkv = torch.randn(sum(num_new), HEADS + 2 * KV_HEADS, 64).to(dtype)
-        largest = max(largest, *(len(c.tokens) for c in fused_reads._classes(rows)[0]))
+        largest = max(largest, *(len(c.tokens) for c in plan_reads(rows).classes))
         attend = fused_attention(rows, tables(64), num_heads=HEADS)
         got = attend(qkv, kv).float()
         at = 0
@@ -263,18 +253,21 @@ def triton_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
 def check_triton(rows: list[RowView], kv: torch.Tensor, heads: int, split: int, padded: bool = False) -> None:
     """The Triton kernel over ``rows`` (a forward's rows, in order) against the float64 reference;
     ``padded``: through the reads a CUDA graph takes (hogwild/graphs.py)."""
-    from paragen.engine.hogwild import graphs, triton_reads
+    from paragen.engine.hogwild import graphs
     from paragen.engine.kernels import triton_attention
 
     dtype, head_dim = kv.dtype, kv.shape[-1]
     qkv = torch.randn(sum(row.num_new for row in rows), heads + 2 * KV_HEADS, head_dim).to(dtype)
     cos, sin = tables(head_dim)
     cos_sin = (cos.to(DEVICE), sin.to(DEVICE))
-    reads = triton_reads.triton_reads(rows, cos_sin, torch.device(DEVICE))
+    plan = plan_reads(rows)
+    reads = triton_attention.hogwild_reads(plan, cos_sin, torch.device(DEVICE))
     if padded:
-        pad = graphs.padded_reads(rows)
+        pad = graphs.padded_reads(plan)
         reads = pad.on_device(torch.frombuffer(pad.ints, dtype=torch.int32).to(DEVICE), cos_sin)
-        assert reads.max_class <= triton_reads.MAX_TOKENS  # the kernel's tokens a class: its shared memory
+        assert (
+            reads.max_class <= triton_attention.MAX_TOKENS
+        )  # the kernel's tokens a class: its shared memory
         assert reads.max_count >= max(reads.key_count.tolist()) and len(reads.key_slots) >= sum(
             map(len, rows[0].slots)
         )
@@ -296,7 +289,7 @@ def check_triton(rows: list[RowView], kv: torch.Tensor, heads: int, split: int, 
 # head sizes 16, 24 (not a power of two: Qwen2's tiny test model), 64; 7 query heads a KV head (Qwen2-7B)
 @pytest.mark.parametrize(("heads", "head_dim"), [(HEADS, D), (HEADS, 24), (7 * KV_HEADS, 64)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("num_new", [1, 3, 9])  # 9: a class cut in two (triton_reads.MAX_TOKENS)
+@pytest.mark.parametrize("num_new", [1, 3, 9])  # 9: a class cut in two (triton_attention.MAX_TOKENS)
 @pytest.mark.usefixtures("triton_kernel")
 def test_triton_matches_per_row_attention(
     num_new: int, dtype: torch.dtype, heads: int, head_dim: int
@@ -318,7 +311,7 @@ def test_triton_matches_per_row_attention(
 def test_triton_session_classes_match_per_row_attention(dtype: torch.dtype) -> None:
     """Sessions' one-token rows as one class each (1-12 workers: past 8 tokens a class is cut), each
     worker at shifts of its own, headers beside them, long prompts split across programs."""
-    from paragen.engine.hogwild import triton_reads
+    from paragen.engine.kernels import triton_attention
 
     rng = random.Random(11 + (dtype == torch.bfloat16))
     torch.manual_seed(11)
@@ -329,8 +322,8 @@ def test_triton_session_classes_match_per_row_attention(dtype: torch.dtype) -> N
         rng.shuffle(free)
         sessions = 1 if trial % 3 == 0 else rng.randint(2, 3)
         rows = session_rows(rng, free, sessions, (10, 12) if trial % 3 == 1 else (1, 4), header=0.2)
-        classes = triton_reads.key_classes(rows)
-        cut += len(classes) - len({id(one.slots) for one in classes})  # parts of one class share its slots
+        arrays = triton_attention.hogwild_arrays(plan_reads(rows))
+        cut += arrays.num_classes - len(set(arrays.ints[2]))  # parts of one class share its slots
         check_triton(rows, kv, HEADS, 128 * (trial % 2))
     assert cut > 0
 

@@ -1,10 +1,10 @@
 """Hogwild! shared sessions in the engine: several workers decoding over one shared KV cache.
 
-``session`` (a session's views and the rows of its passes) over ``segments`` (its runs of tokens
-in the engine's blocks), ``batch`` (several sessions' rows in one forward), ``forward`` (the model
-forward over placed rows, and their samples), ``types`` (the rows and samples, plain data). How a
-row reads its view: ``view`` (its slots and shifts), then per attention path ``groups`` with
-``layout`` and ``class_regions`` for ``torch_attention`` (torch), ``fused_reads`` (the fused CPU
-kernel), ``triton_reads`` and ``graphs`` (the Triton kernel, its passes replayed from CUDA graphs).
-Import the submodules directly; this package imports nothing.
+One pass, in reading order: ``session`` (a session's views, the rows of its passes placed in the
+cache) over ``segments`` (its runs of tokens in the engine's blocks); ``batch`` (several sessions'
+rows in one forward); ``forward`` (the model forward over the placed rows, and their samples), which
+builds the pass's ``reads`` plan once (which key classes, which slots, which rotations) and hands it
+to an attention in ``paragen.engine.kernels`` (``fused``: the C kernel on a CPU; ``triton_attention``:
+CUDA, its passes replayed from CUDA graphs by ``graphs``; ``torch_attention`` elsewhere). Import the
+submodules directly; this package imports nothing.
 """

@@ -13,8 +13,8 @@ import torch
 
 from paragen.engine.hogwild.forward import model_logits, sample_rows
 from paragen.engine.hogwild.session import EngineSharedSession, Prepared
-from paragen.engine.hogwild.types import SharedRow, SharedSample
 from paragen.errors import EngineError
+from paragen.types import SharedRow, SharedSample
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,29 +1,24 @@
 """One model forward over the placed rows of Hogwild! sessions, and their samples.
 
 ``session.py`` decides where each row's tokens go and what they attend (a ``Placed`` row); this
-module turns placed rows into the model's forward through one of the attentions (the fused kernel
-on a CPU, the Triton kernel on CUDA, else the torch one: all one-token rows in one batch, longer
-rows batched by length) and samples each row with its own settings.
+module plans what every token of the pass reads, once (``reads.py``), hands the plan to one of the
+attentions (the Triton kernel on CUDA, replayed from a CUDA graph by ``graphs.py``; the fused C
+kernel on a CPU; else torch's: ``kernels/``), runs the model's forward, and samples each row with
+its own settings.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 
 from paragen.engine import cuda_graphs
 from paragen.engine.attention import Attend, AttnMeta
-from paragen.engine.hogwild import torch_attention
-from paragen.engine.hogwild.fused_reads import fused_reads
 from paragen.engine.hogwild.graphs import replay_pass
-from paragen.engine.hogwild.groups import build_group
-from paragen.engine.hogwild.triton_reads import triton_reads
-from paragen.engine.hogwild.view import RowView
-from paragen.engine.kernels import fused, triton_attention
+from paragen.engine.hogwild.reads import ReadsPlan, RowView, plan_reads
+from paragen.engine.kernels import fused, torch_attention, triton_attention
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.model_runner import ModelRunner
 from paragen.engine.sampler import SampleBatch, sample
@@ -52,57 +47,35 @@ def model_logits(engine: LLMEngine, rows: Sequence[Placed]) -> torch.Tensor:
         pos += rows[i].pos
         slots += rows[i].slots
         last[i] = len(ids) - 1
-    runner = engine.runner
+    plan = plan_reads([rows[i].view for i in order])  # what every token reads, for any attention
+    runner, tables = engine.runner, (engine.model.cos, engine.model.sin)
     graphs = runner.graphs if len(ids) <= cuda_graphs.MAX_TOKENS else None
     if graphs is not None:  # the graph's logits are its own buffer: the caller may change them
-        views = [rows[i].view for i in order]
-        tables = (engine.model.cos, engine.model.sin)
-        return replay_pass(graphs, views, ids, pos, slots, last, tables).clone()
-    attend = _attention(engine, [rows[i].view for i in order], len(ids))
+        return replay_pass(graphs, plan, ids, pos, slots, last, tables).clone()
     meta = AttnMeta(is_prefill=False, slots=runner.tensor(slots))
-    hidden = engine.model.forward(runner.tensor(ids), runner.tensor(pos), meta, engine.cache.kv, attend)
+    hidden = engine.model.forward(
+        runner.tensor(ids), runner.tensor(pos), meta, engine.cache.kv, _attention(engine, plan)
+    )
     return engine.model.logits(hidden[runner.tensor(last)])
 
 
-def _attention(engine: LLMEngine, views: list[RowView], num_tokens: int) -> Attend:
-    """The attention of a forward whose rows come in ``views`` order (sorted by their new tokens).
-
-    In torch, rows feeding the same number of tokens attend as one batch: a session's start (its
-    layout's headers) or a pass where several workers start steps then costs one batch per length,
-    not one per row. On a CPU the fused kernel reads every row's view as it lies instead
-    (``fused_reads.py``), on CUDA the Triton kernel (``triton_reads.py``).
-    """
+def _attention(engine: LLMEngine, plan: ReadsPlan) -> Attend:
+    """The pass's attention, reading its plan: the Triton kernel on CUDA, the fused C kernel on a CPU,
+    else torch's."""
     model, cache = engine.model, engine.cache
     tables = (model.cos, model.sin)
+    heads = {"num_heads": model.num_heads, "num_kv_heads": model.cfg.num_kv_heads}
     if triton_attention.enabled(model.device, cache.kv.dtype):  # CUDA: one kernel a layer
-        return triton_attention.attention(
-            triton_reads(views, tables, model.device),
-            num_heads=model.num_heads,
-            num_kv_heads=model.cfg.num_kv_heads,
-            head_dim=model.head_dim,
-            scale=model.attn_scale,
-        )
+        reads = triton_attention.hogwild_reads(plan, tables, model.device)
+        return triton_attention.attention(reads, **heads, head_dim=model.head_dim, scale=model.attn_scale)
     if fused.enabled(model.device, cache.kv.dtype):  # the same test as the plain decode's
-        reads, rotations = fused_reads(views, tables)
-        return fused.attention(
-            reads,
-            num_heads=model.num_heads,
-            num_kv_heads=model.cfg.num_kv_heads,
-            scale=model.attn_scale,
-            rotations=rotations,
-        )
-    build = partial(build_group, num_slots=cache.num_blocks * cache.block_size, num_kv_rows=cache.kv.shape[1])
-    groups = []
-    start = 0
-    for num_new, same in itertools.groupby(views, key=lambda view: view.num_new):
-        batch = list(same)
-        groups.append(build(batch, start, tables=tables))
-        start += num_new * len(batch)
+        fused_reads, rotations = fused.hogwild_reads(plan, tables)
+        return fused.attention(fused_reads, **heads, scale=model.attn_scale, rotations=rotations)
     return torch_attention.attention(
-        groups,
-        num_tokens=num_tokens,
-        num_heads=model.num_heads,
-        num_kv_heads=model.cfg.num_kv_heads,
+        plan,
+        tables,
+        num_slots=cache.num_blocks * cache.block_size,
+        **heads,
         head_dim=model.head_dim,
         scale=model.attn_scale,
         dtype=model.dtype,

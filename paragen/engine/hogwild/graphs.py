@@ -1,7 +1,7 @@
 """A Hogwild! pass of a few tokens a row replayed from a CUDA graph (``cuda_graphs.Graphs``).
 
 The pass's inputs are its token ids, positions and cache slots, each row's last token, and what its
-tokens read (``triton_reads.host_reads``: each class's slots and runs, each rotation's position and
+tokens read (``triton_attention.hogwild_arrays``: each class's slots and runs, each rotation's position and
 shift), all in the graph's one int32 buffer; the rotations' cos and sin rows are made inside the
 graph. Shapes are bucketed so that a growing context keeps its graph: the keys are padded to a
 multiple of ``cuda_graphs.BUCKET_KEYS``, the rotations to a power of two (padding is never read:
@@ -18,15 +18,14 @@ import torch
 
 from paragen.engine.attention import AttnMeta
 from paragen.engine.cuda_graphs import Forward, Graphs, rounded_keys
-from paragen.engine.hogwild.triton_reads import host_reads
-from paragen.engine.hogwild.view import RowView, Tables, turned_back
+from paragen.engine.hogwild.reads import ReadsPlan, Tables, turned_back
 from paragen.engine.kernels import triton_attention
 from paragen.engine.kernels.triton_attention import TritonReads
 
 
 def replay_pass(
     graphs: Graphs,
-    rows: list[RowView],
+    plan: ReadsPlan,
     ids: list[int],
     pos: list[int],
     slots: list[int],
@@ -34,7 +33,7 @@ def replay_pass(
     tables: Tables,
 ) -> torch.Tensor:
     """[rows, vocab] fp32: a Hogwild! pass's logits at each row's last token (the graph's own buffer)."""
-    reads = padded_reads(rows)
+    reads = padded_reads(plan)
     ints = array("i", ids) + array("i", pos) + array("i", slots) + array("i", last) + reads.ints
     t = len(ids)
     key = ("shared", t, len(last), *reads.sizes, reads.max_count, reads.max_class)
@@ -83,14 +82,14 @@ class PaddedReads:
         )  # fmt: skip
 
 
-def padded_reads(rows: list[RowView]) -> PaddedReads:
+def padded_reads(plan: ReadsPlan) -> PaddedReads:
     """The pass's reads with their keys and rotations padded to their buckets (the graph's shape).
 
     The classes are not padded: the kernel's grid has a program per class, KV head and split, and
     splits are sized from the classes there are; padding the classes to the tokens would cut a
     4-worker session's programs to a quarter, each reading 4x the keys.
     """
-    arrays = host_reads(rows)
+    arrays = triton_attention.hogwild_arrays(plan)
     key_slots, key_run, class_keys, tokens, starts, counts, token_rot = arrays.ints
     num_keys, num_rotations = rounded_keys(len(key_slots)), _bucket(len(arrays.positions))
     parts = [

@@ -20,13 +20,12 @@ from dataclasses import dataclass
 import torch
 
 from paragen.engine.hogwild.forward import Draw, Placed, model_logits, sample_rows
+from paragen.engine.hogwild.reads import RowView, shift_tables
 from paragen.engine.hogwild.segments import Segments
-from paragen.engine.hogwild.types import SharedRow, SharedSample
-from paragen.engine.hogwild.view import RowView, shift_tables
 from paragen.engine.llm_engine import LLMEngine
 from paragen.engine.sampler import sample_seed
 from paragen.errors import EngineError
-from paragen.types import SamplingParams
+from paragen.types import SamplingParams, SharedRow, SharedSample
 
 
 class EngineSharedSession:

@@ -5,9 +5,9 @@ score them in batched matmuls padded to the longest row: a dozen operators and a
 the context per layer. The kernel reads each key and value where it lies, with no padding, sums in
 fp32: one call per layer. Each key is scored by a query of its own choosing (``key_query``), which
 is how a Hogwild! view's segments, stored at their own positions, are read at shifts of their own
-(one rotated query per shift: ``hogwild/fused_reads.py``). Tokens that read one list of keys form a
-class (``KeyClass``: a Hogwild! session's workers), whose keys the kernel's AVX512-BF16 path loads
-once for all of them.
+(one rotated query per shift: ``hogwild_reads``, from the pass's plan, ``hogwild/reads.py``). Tokens
+that read one list of keys form a class (a Hogwild! session's workers), whose keys the kernel's
+AVX512-BF16 path loads once for all of them.
 
 What a forward's tokens read is the same for every layer (``FusedReads``): ``attention`` puts it
 into the kernel's one argument (``fused_library.Layer``) once per forward, and each layer sets only
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from paragen.engine.hogwild.reads import ReadsPlan, Tables, turned_back
 from paragen.engine.kernels.fused_library import Kernel, Layer, kernel
 
 _DTYPES = (torch.float32, torch.bfloat16)  # of the cache and of the activations
@@ -59,49 +60,47 @@ class FusedReads:
     max_class: int
 
 
-@dataclass(slots=True)
-class KeyClass:
-    """Tokens that read one list of cache slots (the first ``counts[j]`` of them), each choosing
-    which of its rotations scores each key: a row's tokens, or the one-token rows of a session's
-    workers, whose views hold the same segments in orders and at shifts of their own."""
-
-    slots: array[int]  # int32, one order for every token of the class
-    tokens: list[int]  # each token's place in the forward
-    counts: list[int]
-    choices: list[array[int]]  # int32, per token: its rotation for each key (tokens may share one)
-    bases: list[int]  # per token: its first rotation
-    num_queries: list[int]  # per token: its rotations
-
-
-def class_reads(classes: list[KeyClass], num_tokens: int) -> FusedReads:
-    """What the classes' tokens read, as the kernel takes it. The arrays are joined by ``array`` (in C:
-    a 4-worker eval's pass holds ~32k choices, too many to gather through Python lists every pass).
-    A class of more than MAX_CLASS tokens is attended in parts."""
-    per_token = {name: [0] * num_tokens for name in ("start", "count", "choice", "base", "queries")}
+def hogwild_reads(plan: ReadsPlan, tables: Tables) -> tuple[FusedReads, Tables]:
+    """What a Hogwild! pass's tokens read (``hogwild/reads.py``), and the cos/sin rows of their rotations:
+    ``attention``'s arguments. A token has one rotation per distinct shift of its runs and chooses one
+    per key (tokens with the same shifts share their choices); a class of more than MAX_CLASS tokens is
+    attended in parts. The arrays are joined by ``array`` (in C: a 4-worker eval's pass holds ~32k
+    choices, too many to gather through Python lists every pass)."""
+    per_token = {name: [0] * plan.num_tokens for name in ("start", "count", "choice", "base", "queries")}
     order: list[int] = []
     class_start = [0]
     choices: list[array[int]] = []
-    choice_at: dict[int, int] = {}  # id of a choices array -> where it begins in key_query
+    positions: list[int] = []
+    shifts: list[int] = []
     at = num_choices = 0
-    for key_class in classes:
-        for j, token in enumerate(key_class.tokens):
-            chosen = key_class.choices[j]
-            if id(chosen) not in choice_at:
-                choice_at[id(chosen)] = num_choices
-                num_choices += len(chosen)
-                choices.append(chosen)
+    for one in plan.classes:
+        choice_at: dict[tuple[int, ...], int] = {}  # a token's shift of each run -> where its choices begin
+        for token, count, position, run_shifts in zip(
+            one.tokens, one.counts, one.positions, one.shifts, strict=True
+        ):
+            distinct = sorted(set(run_shifts))
+            if tuple(run_shifts) not in choice_at:
+                choice_at[tuple(run_shifts)] = num_choices
+                index = {shift: i for i, shift in enumerate(distinct)}
+                which = array("i")
+                for run, shift in enumerate(run_shifts):
+                    which += array("i", (index[shift],)) * one.run_length(run)
+                choices.append(which)
+                num_choices += len(which)
             per_token["start"][token] = at
-            per_token["count"][token] = key_class.counts[j]
-            per_token["choice"][token] = choice_at[id(chosen)]
-            per_token["base"][token] = key_class.bases[j]
-            per_token["queries"][token] = key_class.num_queries[j]
+            per_token["count"][token] = count
+            per_token["choice"][token] = choice_at[tuple(run_shifts)]
+            per_token["base"][token] = len(positions)
+            per_token["queries"][token] = len(distinct)
+            positions += [position] * len(distinct)
+            shifts += distinct
             order.append(token)
-        for first in range(MAX_CLASS, len(key_class.tokens), MAX_CLASS):
-            class_start.append(len(order) - len(key_class.tokens) + first)
+        for first in range(MAX_CLASS, len(one.tokens), MAX_CLASS):
+            class_start.append(len(order) - len(one.tokens) + first)
         class_start.append(len(order))
-        at += len(key_class.slots)
-    return FusedReads(
-        key_slots=_joined(c.slots for c in classes),
+        at += len(one.slots)
+    reads = FusedReads(
+        key_slots=_joined(c.slots for c in plan.classes),
         key_query=_joined(choices),
         key_start=_ints(per_token["start"]),
         key_count=_ints(per_token["count"]),
@@ -114,6 +113,8 @@ def class_reads(classes: list[KeyClass], num_tokens: int) -> FusedReads:
         max_queries=max(per_token["queries"], default=0),
         max_class=max((b - a for a, b in itertools.pairwise(class_start)), default=0),
     )
+    cos, sin = turned_back(tables, torch.tensor(positions), torch.tensor(shifts))  # [N, D]
+    return reads, (cos.cpu().contiguous(), sin.cpu().contiguous())
 
 
 def _joined(parts: Iterable[array[int]]) -> torch.Tensor:

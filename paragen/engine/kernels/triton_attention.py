@@ -6,9 +6,9 @@ row of several tokens, or a plain decode row, is a class of its own), how many o
 Hogwild!, its rotations: one per run of the class's slots (consecutive segments that every token of
 the class reads at one shift each), so a key in run ``j`` is scored by the token's query at its view
 position turned back by its shift of run ``j`` (RoPE is relative: the score a plain forward over the
-view gives; ``hogwild/torch_attention.py``). A Hogwild! forward's are built on the host before the
-forward, as int32 arrays sent in one copy (``hogwild/triton_reads.py``); a plain decode's on the
-device from its block tables (``decode_reads``).
+view gives; ``hogwild/reads.py``). A Hogwild! pass's are read off its plan on the host, as int32
+arrays sent in one copy (``hogwild_reads``); a plain decode's are built on the device from its block
+tables (``decode_reads``).
 
 Where Triton is missing the engine keeps its torch attentions. ``PARAGEN_TRITON_ATTENTION=0`` turns
 the kernel off; ``=interpret``, in a process started with ``TRITON_INTERPRET=1``, runs it in
@@ -20,10 +20,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from paragen.engine.hogwild.reads import ReadsPlan, Tables, turned_back
 
 BLOCK_N = 64  # keys a tile
 # Splits are sized so a layer's programs (classes x KV heads x splits) fill the GPU about twice;
@@ -88,6 +91,68 @@ def decode_reads(
         max_class=1,
         max_count=max_length,
     )
+
+
+MAX_TOKENS = 8  # tokens of a class scored together (a larger class is cut into parts that share its keys)
+
+
+@dataclass(frozen=True, slots=True)
+class HostReads:
+    """What a Hogwild! pass's tokens read, on the host: ``TritonReads``' int32 fields in order, and each
+    rotation's position and shift (its cos and sin rows: ``turned_back``)."""
+
+    ints: list[array[int]]
+    positions: array[int]
+    shifts: array[int]
+    num_classes: int
+    max_class: int
+    max_count: int
+
+
+def hogwild_arrays(plan: ReadsPlan) -> HostReads:
+    """The pass's plan (``hogwild/reads.py``) as the kernel reads it: each class's slots, each slot's
+    run, each token's count and its rotations (one per run); a class is cut into parts of MAX_TOKENS
+    tokens that share its slots."""
+    positions, shifts = array("i"), array("i")
+    token_rot, counts = array("i", [0]) * plan.num_tokens, array("i", [0]) * plan.num_tokens
+    parts: list[array[int]] = [array("i") for _ in range(5)]  # slots, runs, class keys, tokens, starts
+    slots, runs, keys, tokens, starts = parts
+    starts.append(0)
+    max_class = num_classes = 0
+    for one in plan.classes:
+        first = len(slots)
+        slots += one.slots
+        for run in range(len(one.run_starts) - 1):
+            runs += array("i", [run]) * one.run_length(run)
+        for at in range(0, len(one.tokens), MAX_TOKENS):
+            keys.append(first)
+            tokens.extend(one.tokens[at : at + MAX_TOKENS])
+            starts.append(len(tokens))
+            max_class, num_classes = max(max_class, len(one.tokens[at : at + MAX_TOKENS])), num_classes + 1
+        for token, count, position, run_shifts in zip(
+            one.tokens, one.counts, one.positions, one.shifts, strict=True
+        ):
+            counts[token], token_rot[token] = count, len(positions)
+            positions += array("i", [position]) * len(run_shifts)
+            shifts += array("i", run_shifts)
+    return HostReads([*parts, counts, token_rot], positions, shifts, num_classes, max_class, max(counts))
+
+
+def hogwild_reads(plan: ReadsPlan, tables: Tables, device: torch.device) -> TritonReads:
+    """What a Hogwild! pass's tokens read, on ``device`` (the host's arrays sent in one copy)."""
+    arrays = hogwild_arrays(plan)
+    sizes = [len(part) for part in arrays.ints]
+    joined = array("i")
+    for part in arrays.ints:
+        joined += part
+    ints = torch.frombuffer(joined, dtype=torch.int32).to(device)
+    cos, sin = turned_back(tables, torch.tensor(arrays.positions), torch.tensor(arrays.shifts))
+    rotations = (cos.to(device, torch.float32).contiguous(), sin.to(device, torch.float32).contiguous())
+    key_slots, key_run, class_keys, tokens, starts, counts, rot = torch.split(ints, sizes)
+    return TritonReads(
+        key_slots, key_run, class_keys, tokens, starts, counts, rot, rotations,
+        arrays.num_classes, arrays.max_class, arrays.max_count,
+    )  # fmt: skip
 
 
 def attention(
