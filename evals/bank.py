@@ -23,7 +23,7 @@ from evals import bank_weighted
 from evals.metrics import bootstrap_ci, expected_maj_at_k
 from paragen.answers import extract_answer
 from paragen.types import Trace
-from strategies import _confidence as confidence
+from strategies import confidence
 
 if TYPE_CHECKING:
     from evals.records import EvalRecord

@@ -5,7 +5,7 @@
 
     paragen eval -t arith -s single,majority,ffs -n 1,4,8 --backend engine --limit 30 --out runs/NAME
 
-The flags it shares with `paragen run` are defined once, in paragen._cli_options.
+The flags it shares with `paragen run` are defined once, in paragen.cli_options.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import typer
 
 from evals.cli_report import report_command, show_report
 from evals.cli_shards import merge_command, run_procs
-from paragen import _tracing as tracing
-from paragen._cli_options import (
+from paragen import tracing
+from paragen.cli_options import (
     BackendChoice,
     BackendOpt,
     BackendOpts,
@@ -40,7 +40,7 @@ from paragen._cli_options import (
     unique,
     validated,
 )
-from paragen._signals import until_terminated
+from paragen.signals import until_terminated
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
 from paragen.types import SamplingParams

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paragen._cli_options import fail, split_commas
+from paragen.cli_options import fail, split_commas
 from paragen.errors import ConfigError, ParagenError
 
 PLOT_FILE = "pareto.png"

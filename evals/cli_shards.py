@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from paragen._cli_options import check_out_folder, fail
-from paragen._signals import until_terminated
+from paragen.cli_options import check_out_folder, fail
+from paragen.signals import until_terminated
 from paragen.errors import ConfigError, ParagenError
 
 if TYPE_CHECKING:

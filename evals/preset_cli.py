@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from evals.presets import Preset
-from paragen._cli_options import fail
+from paragen.cli_options import fail
 from paragen.errors import ParagenError
 
 # Preset fields -> the eval_command parameters they fill when not given on the command line.

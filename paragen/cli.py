@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paragen._cli_options import (
+from paragen.cli_options import (
     BackendOpt,
     BackendOpts,
     BaseUrlOpt,
@@ -33,7 +33,7 @@ from paragen._cli_options import (
     parse_strategy_options,
     validated,
 )
-from paragen._signals import Terminated
+from paragen.signals import Terminated
 from paragen.config import Budget
 from paragen.errors import ParagenError
 from paragen.registry import BACKEND_GROUP, COMMAND_GROUP, STRATEGY_GROUP, load, names

@@ -421,7 +421,7 @@ def test_solve_with_a_backend_name_names_the_real_error(tmp_path: Path) -> None:
 
 def test_option_values_are_read_as_the_fields_type() -> None:
     """A text field keeps digits as text (an API key); other fields read JSON; none goes unnoticed."""
-    from paragen._cli_options import choose_backend, parse_strategy_options
+    from paragen.cli_options import choose_backend, parse_strategy_options
     from paragen.backends.openai import OpenAIBackend
 
     choice = choose_backend(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evals.combos import build_combos
-from paragen._cli_options import count_option, parse_strategy_options
+from paragen.cli_options import count_option, parse_strategy_options
 from paragen.errors import ConfigError
 
 

@@ -1,6 +1,6 @@
 """A run folder interrupted before its end is marked partial (run.json and the report's header);
 a completed run is not, and a resume that completes it clears the mark. Real subprocesses, real signals
-(SIGINT unwinds through the same cancellation as SIGTERM, see paragen._signals)."""
+(SIGINT unwinds through the same cancellation as SIGTERM, see paragen.signals)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from evals.records import RECORDS_FILE, EvalRecord, read_records
 from evals.runner import EvalSpec, run_eval
 from evals.shards import Shard
 from evals.tasks import Selection, get_task, load_task
-from paragen._cli_options import choose_backend
+from paragen.cli_options import choose_backend
 from paragen.backends.base import Backend
 from paragen.errors import ConfigError
 from paragen.types import SamplingParams
