@@ -90,10 +90,10 @@ def run_task(
 ) -> dict[str, Any]:
     import anyio
 
-    from evals.combos import build_combos
-    from evals.plots import plot_pareto
-    from evals.report import build_report, print_report
-    from evals.runner import EvalSpec, run_eval
+    from evals.report.build import build_report, print_report
+    from evals.report.plots import plot_pareto
+    from evals.run.combos import build_combos
+    from evals.run.runner import EvalSpec, run_eval
     from evals.tasks import Selection, get_task, load_task
 
     task = get_task(task_name)

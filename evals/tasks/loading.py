@@ -4,7 +4,7 @@ Rows are always a ``datasets.Dataset``: from the hub (``load_dataset(hub_id, con
 split=, revision=)``), from a bundled copy under ``evals/data`` or a user's file
 (``load_dataset("json" | "csv" | "parquet", data_files=...)``), or generated
 (``Dataset.from_list``). Which one is used, and why, is returned as a
-:class:`~evals.records.DataSource` with the row count and sha256 hashes.
+:class:`~evals.run.records.DataSource` with the row count and sha256 hashes.
 
 Source policy (``source``): ``"auto"`` tries the hub when it can be reached and falls
 back to the bundled copy, saying what failed in ``DataSource.note``; ``"bundled"``
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from evals.records import DataSource
+from evals.run.records import DataSource
 from evals.tasks.base import Fields, HubSource, Task
 from paragen.errors import ConfigError
 from paragen.types import Problem

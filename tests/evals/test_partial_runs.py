@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evals.cli import app
-from evals.records import RECORDS_FILE
+from evals.run.records import RECORDS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = 8

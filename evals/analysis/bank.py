@@ -1,9 +1,9 @@
 """The sample bank: offline aggregations re-scored from one recorded n=N run, without regeneration.
 
 From the raw samples of each record this computes majority@k (the exact expectation
-over all k-subsets, see :func:`evals.metrics.expected_maj_at_k`), best-of-n under any
+over all k-subsets, see :func:`evals.analysis.metrics.expected_maj_at_k`), best-of-n under any
 scorer, DeepConf-offline (confidence-filtered, confidence-weighted voting), and weighted
-best-of-k from a verifier's recorded scores (:mod:`evals.bank_weighted`).
+best-of-k from a verifier's recorded scores (:mod:`evals.analysis.bank_weighted`).
 
 Samples are taken in the order they finished, which is the order a live vote sees them,
 and voted on with the live tie rule (NO_ANSWER ignored, ties to the first seen): so
@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from evals import bank_weighted
-from evals.metrics import bootstrap_ci, expected_maj_at_k
+from evals.analysis import bank_weighted
+from evals.analysis.metrics import bootstrap_ci, expected_maj_at_k
 from paragen.answers import extract_answer
 from paragen.types import Trace
 from strategies import confidence
 
 if TYPE_CHECKING:
-    from evals.records import EvalRecord
+    from evals.run.records import EvalRecord
 
 OFFLINE = "offline estimate"
 Scorer = Callable[[Trace], float]
@@ -146,7 +146,7 @@ def offline_rows(
     strategy: str | None = None,
 ) -> list[dict[str, Any]]:
     """maj@k for k <= n, best-of-n by mean logprob and DeepConf-offline, all labelled offline,
-    and weighted best-of-k where ``strategy`` scored whole solutions (see :mod:`evals.bank_weighted`).
+    and weighted best-of-k where ``strategy`` scored whole solutions (see :mod:`evals.analysis.bank_weighted`).
 
     ``n`` is the strategy's n (default: the most samples any problem finished); a problem
     with fewer finished samples votes over all it has at any larger k.

@@ -31,10 +31,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from evals.combos import Combo
-from evals.grading import Grade, Grader
-from evals.prompts import PromptRecord, get_template, prompt_setting
-from evals.records import (
+from evals.run.combos import Combo
+from evals.run.grading import Grade, Grader
+from evals.run.prompts import PromptRecord, get_template, prompt_setting
+from evals.run.records import (
     DataSource,
     EvalRecord,
     GradeRecord,
@@ -50,7 +50,7 @@ from evals.records import (
     versions,
     write_run_info,
 )
-from evals.shards import Shard, check_shard_resume, owned_problems, shard_info
+from evals.run.shards import Shard, check_shard_resume, owned_problems, shard_info
 from evals.tasks.base import Task
 from paragen.backends.base import Backend
 from paragen.config import Budget, spec_without_credentials
@@ -81,9 +81,9 @@ class EvalSpec:
     seeds: list[int] = field(default_factory=list)  # several sampling seeds: the sweep runs once per seed
     progress: bool = True
     grader_workers: int = 2
-    shard: Shard | None = None  # --shard I/N: run only this part of the sweep (evals.shards)
+    shard: Shard | None = None  # --shard I/N: run only this part of the sweep (evals.run.shards)
     prompt: PromptTemplate | None = None  # None: the task's default template
-    preset: dict[str, Any] | None = None  # the published setting run (evals.presets), kept in run.json
+    preset: dict[str, Any] | None = None  # the published setting run (evals.run.presets), kept in run.json
 
     def __post_init__(self) -> None:
         # The spec is written into run.json and every record: a key in its URL must not be.
@@ -168,7 +168,7 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     """Run the sweep, appending a record per finished problem; returns this sweep's records in input order.
 
     Settings are checked against a recorded run before anything is written (see
-    :func:`evals.records.prepare_run`); problems recorded with a result are skipped and
+    :func:`evals.run.records.prepare_run`); problems recorded with a result are skipped and
     problems recorded as backend errors are run again.
     """
     # The orchestrator first: it refuses bad limits before the run folder is touched.
@@ -353,7 +353,7 @@ def sweep_complete(spec: EvalSpec, run_info: RunInfo) -> bool:
     clear the mark of a run whose other problems were cut short)."""
     recorded = {r.key for r in load_records(spec.out).latest()}
     if run_info.shard is not None:  # a shard holds only the units it owns
-        from evals.shards import shard_units
+        from evals.run.shards import shard_units
 
         owned = shard_units(run_info, run_info.shard.indices, run_info.shard.count)
         return all(key in recorded for key in owned)

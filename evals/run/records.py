@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evals.prompts import PromptRecord
+from evals.run.prompts import PromptRecord
 from paragen.config import Budget
 from paragen.errors import ConfigError, describe_invalid
 from paragen.types import Problem, SamplingParams, StrategyResult
@@ -117,7 +117,7 @@ class StrategyEntry(_Strict):
 
 
 class ShardInfo(_Strict):
-    """Which part of a sharded sweep a run folder holds (see :mod:`evals.shards`)."""
+    """Which part of a sharded sweep a run folder holds (see :mod:`evals.run.shards`)."""
 
     sweep: str  # fingerprint of the whole sweep: every shard of one sweep records the same
     count: int  # the sweep's number of shards
@@ -150,7 +150,7 @@ class RunInfo(_Strict):
     # completes it sets it back to False.
     partial: bool = False
     prompt: PromptRecord | None = None  # the words the problems were asked in
-    preset: dict[str, Any] | None = None  # the published setting this run reproduces (evals.presets)
+    preset: dict[str, Any] | None = None  # the published setting this run reproduces (evals.run.presets)
 
 
 class EvalRecord(_Strict):

@@ -1,11 +1,9 @@
-"""The harness's commands: `paragen eval` (here), `paragen report` (evals.cli_report), `paragen merge`
-(evals.cli_shards: the join of a sharded sweep's run folders) and `paragen presets` (evals.preset_cli).
-
-``register(app)`` adds them to the paragen CLI; ``python -m evals.cli`` runs them alone.
+"""`paragen eval`: run a sweep of strategies x n-values over a task, recording every problem as it finishes.
 
     paragen eval -t arith -s single,majority,ffs -n 1,4,8 --backend engine --limit 30 --out runs/NAME
 
-The flags it shares with `paragen run` are defined once, in paragen.cli_options.
+The flags it shares with `paragen run` are defined once, in paragen.cli_options; what they ask for
+becomes an EvalSpec in evals.run.settings.
 """
 
 from __future__ import annotations
@@ -15,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from evals.cli_report import report_command, show_report
-from evals.cli_shards import merge_command, run_procs
+from evals.cli.merge import run_procs
+from evals.cli.report import show_report
 from paragen import tracing
 from paragen.cli_options import (
     BackendChoice,
@@ -40,14 +38,14 @@ from paragen.cli_options import (
     unique,
     validated,
 )
-from paragen.signals import until_terminated
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
+from paragen.signals import until_terminated
 from paragen.types import SamplingParams
 
 if TYPE_CHECKING:
-    from evals.records import EvalRecord
-    from evals.runner import EvalSpec
+    from evals.run.records import EvalRecord
+    from evals.run.runner import EvalSpec
     from evals.tasks import LoadedTask, Selection, Task
     from evals.tasks.loading import SourceChoice
 
@@ -181,12 +179,12 @@ def eval_command(
     ] = None,
 ) -> None:
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
-    from evals.combos import build_combos
-    from evals.plots import INSTALL_HINT, MISSING, can_plot, require_plotting
-    from evals.preset_cli import preset_over
-    from evals.prompts import get_template
-    from evals.runner import EvalSpec
-    from evals.shards import parse_shard
+    from evals.cli.presets import preset_over
+    from evals.report.plots import INSTALL_HINT, MISSING, can_plot, require_plotting
+    from evals.run.combos import build_combos
+    from evals.run.prompts import get_template
+    from evals.run.runner import EvalSpec
+    from evals.run.shards import parse_shard
     from evals.tasks import at_revision, get_task
 
     try:
@@ -306,7 +304,7 @@ def _data_source(offline: bool, hub: bool, revision: str | None) -> SourceChoice
 
 def _end_of_run(records: list[EvalRecord]) -> None:
     """Say how many records are not results; exit 3 when a run raised, 1 when no problem got a result."""
-    from evals.runner import backend_failures, is_backend_error
+    from evals.run.runner import backend_failures, is_backend_error
 
     line = backend_failures(records)
     if line is None:
@@ -329,7 +327,7 @@ def run_sweep(
     """Build the backend and run the sweep of ``spec``; its records in input order."""
     import anyio
 
-    from evals.runner import run_eval
+    from evals.run.runner import run_eval
 
     built = backend.build()
 
@@ -341,20 +339,3 @@ def run_sweep(
 
     with tracing.configured(otlp_endpoint):  # flushed before the command returns
         return anyio.run(until_terminated, main)
-
-
-def register(app: typer.Typer) -> None:
-    """Add `eval`, `report` and `merge` to a typer app (the paragen CLI mounts them this way)."""
-    app.command("eval")(eval_command)
-    app.command("report")(report_command)
-    app.command("merge")(merge_command)
-    from evals.preset_cli import presets_command
-
-    app.command("presets")(presets_command)
-
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="paragen's eval harness")
-register(app)
-
-if __name__ == "__main__":
-    app()

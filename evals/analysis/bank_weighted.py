@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, get_args
 from paragen.scoring.aggregate import Aggregate, aggregate, weighted_answer
 
 if TYPE_CHECKING:
-    from evals.bank import BankProblem, Verdicts
+    from evals.analysis.bank import BankProblem, Verdicts
 
 EXACT_SUBSETS = 2000
 SUBSET_SEED = 0
@@ -45,7 +45,7 @@ def weighted_ks(n: int) -> list[int]:
 
 def expected_weighted(item: BankProblem, k: int, how: Aggregate, verdicts: Verdicts) -> float:
     """The chance that weighted best-of-k over a k-subset of ``item``'s samples is correct."""
-    from evals.bank import is_correct
+    from evals.analysis.bank import is_correct
 
     weights = [aggregate(t.scores or (), how) for t in item.traces]
     n = len(weights)

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from evals.presets import Preset
+from evals.run.presets import Preset
 from paragen.cli_options import fail
 from paragen.errors import ParagenError
 
@@ -19,7 +19,7 @@ def preset_over(
     ctx: typer.Context, name: str | None
 ) -> tuple[Preset | None, dict[str, Any] | None, dict[str, Any]]:
     """The preset, what run.json keeps of it, and the values it gives the flags not given."""
-    from evals.presets import load_preset
+    from evals.run.presets import load_preset
 
     if name is None:
         return None, None, {}
@@ -44,7 +44,7 @@ def preset_over(
 
 def presets_command() -> None:
     """List the presets: published settings to run with `paragen eval --preset NAME`."""
-    from evals.presets import describe, load_preset, preset_names
+    from evals.run.presets import describe, load_preset, preset_names
 
     try:
         for name in preset_names():
