@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.analysis import bank as sample_bank
-from evals.analysis import budgets, stats
+from evals.analysis import bank_rows, budgets, stats
 from evals.analysis.bank import Verdicts
 from evals.analysis.compare import common_problems, comparison_rows, restrict, seed_of, settings_of
 from evals.analysis.metrics import CI_SEED, Point, ProblemStats, matched_cost, summarize
@@ -120,7 +120,7 @@ def offline_rows(
         full = budgets.usable_for_budgets(items, n)
         label = sample_bank.OFFLINE if full else partial_bank_label(strategy)
         source = f"{strategy} n={n}" + (f" @{folder}" if folder else "")
-        for row in sample_bank.offline_rows(items, verdicts, source=source, n=n, strategy=strategy):
+        for row in bank_rows.offline_rows(items, verdicts, source=source, n=n, strategy=strategy):
             rows.append({"task": task, "settings_id": sid, "folder": folder, **row, "label": label})
     return rows
 

@@ -18,10 +18,10 @@ from evals.analysis.bank import (
     lowest_group_confidence,
     majority_ks,
     mean_logprob,
-    offline_rows,
     pairs_to_grade,
     verdict_table,
 )
+from evals.analysis.bank_rows import offline_rows
 from evals.analysis.metrics import expected_maj_at_k
 from evals.run.records import EvalRecord
 from paragen.answers import majority_vote

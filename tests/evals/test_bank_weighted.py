@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from evals.analysis import bank_weighted
-from evals.analysis.bank import BankProblem, offline_rows
+from evals.analysis.bank import BankProblem
+from evals.analysis.bank_rows import offline_rows
 from paragen.types import Trace
 
 # Three samples answering 4, 5, 4 (gold 4); the verifier's step scores of each.
