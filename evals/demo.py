@@ -93,7 +93,8 @@ def run_task(
     from evals.report.build import build_report, print_report
     from evals.report.plots import plot_pareto
     from evals.run.combos import build_combos
-    from evals.run.runner import EvalSpec, run_eval
+    from evals.run.runner import run_eval
+    from evals.run.spec import EvalSpec
     from evals.tasks import Selection, get_task, load_task
 
     task = get_task(task_name)

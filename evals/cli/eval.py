@@ -45,7 +45,7 @@ from paragen.types import SamplingParams
 
 if TYPE_CHECKING:
     from evals.run.records import EvalRecord
-    from evals.run.runner import EvalSpec
+    from evals.run.spec import EvalSpec
     from evals.tasks import LoadedTask, Selection, Task
     from evals.tasks.loading import SourceChoice
 
@@ -183,8 +183,8 @@ def eval_command(
     from evals.report.plots import INSTALL_HINT, MISSING, can_plot, require_plotting
     from evals.run.combos import build_combos
     from evals.run.prompts import get_template
-    from evals.run.runner import EvalSpec
     from evals.run.shards import parse_shard
+    from evals.run.spec import EvalSpec
     from evals.tasks import at_revision, get_task
 
     try:

@@ -156,7 +156,8 @@ def sweep(task_name: str, limit: int, combos: list[Any], args: argparse.Namespac
     """One task's sweep under every seed (resumed if its folder holds records of the same settings)."""
     import anyio
 
-    from evals.run.runner import EvalSpec, run_eval
+    from evals.run.runner import run_eval
+    from evals.run.spec import EvalSpec
     from evals.tasks import Selection, get_task, load_task
     from paragen.config import Budget
     from paragen.types import SamplingParams

@@ -16,9 +16,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 import anyio
 import anyio.to_thread
@@ -35,7 +33,6 @@ from evals.run.combos import Combo
 from evals.run.grading import Grade, Grader
 from evals.run.prompts import PromptRecord, get_template, prompt_setting
 from evals.run.records import (
-    DataSource,
     EvalRecord,
     GradeRecord,
     Key,
@@ -50,44 +47,13 @@ from evals.run.records import (
     versions,
     write_run_info,
 )
-from evals.run.shards import Shard, check_shard_resume, owned_problems, shard_info
-from evals.tasks.base import Task
+from evals.run.shards import check_shard_resume, shard_info
+from evals.run.spec import EvalSpec, owned_problems, seed_samplings
 from paragen.backends.base import Backend
-from paragen.config import Budget, spec_without_credentials
 from paragen.metrics import Metrics
 from paragen.orchestrator import Orchestrator
 from paragen.prompts import PromptTemplate, using_template
 from paragen.types import Problem, SamplingParams, StrategyResult
-
-
-@dataclass
-class EvalSpec:
-    """Everything a sweep needs besides the backend object."""
-
-    task: Task
-    problems: list[Problem]
-    combos: list[Combo]
-    out: Path
-    backend_spec: str
-    data: DataSource  # where ``problems`` came from (recorded in run.json, hashed into the settings)
-    backend_options: dict[str, Any] = field(default_factory=dict)
-    resume: bool = False
-    new_run: bool = False  # with --resume: record other settings as a new run in the same folder
-    max_concurrent: int = 8
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    budget: Budget = field(default_factory=Budget)  # per problem; a deadline records "deadline", never hangs
-    seed: int = 0
-    fail_fast: bool = False  # stop the sweep at the first problem whose run raised (once recorded)
-    seeds: list[int] = field(default_factory=list)  # several sampling seeds: the sweep runs once per seed
-    progress: bool = True
-    grader_workers: int = 2
-    shard: Shard | None = None  # --shard I/N: run only this part of the sweep (evals.run.shards)
-    prompt: PromptTemplate | None = None  # None: the task's default template
-    preset: dict[str, Any] | None = None  # the published setting run (evals.run.presets), kept in run.json
-
-    def __post_init__(self) -> None:
-        # The spec is written into run.json and every record: a key in its URL must not be.
-        self.backend_spec = spec_without_credentials(self.backend_spec)
 
 
 class _Tally:
@@ -130,11 +96,6 @@ def run_settings(spec: EvalSpec) -> RunSettings:
 def spec_template(spec: EvalSpec) -> PromptTemplate:
     """The template the sweep asks in: the one given, else the task's default."""
     return spec.prompt or get_template(spec.task.prompt)
-
-
-def seed_samplings(spec: EvalSpec) -> list[SamplingParams]:
-    """The sampling of each pass of the sweep: one per seed of ``--seeds``, else ``spec.sampling``."""
-    return [spec.sampling.model_copy(update={"seed": s}) for s in spec.seeds] or [spec.sampling]
 
 
 def fresh_run_info(spec: EvalSpec) -> RunInfo:

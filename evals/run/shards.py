@@ -20,15 +20,9 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from evals.run.records import RUN_FILE, Key, RunInfo, ShardInfo, read_run_info, settings_id
 from paragen.errors import ConfigError
-
-if TYPE_CHECKING:
-    from evals.run.combos import Combo
-    from evals.run.runner import EvalSpec
-    from paragen.types import Problem
 
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 SHARD_HINT = "give I/N with 1 <= I <= N, e.g. --shard 2/8"
@@ -98,17 +92,6 @@ def shard_units(info: RunInfo, indices: list[int], count: int) -> list[Key]:
 
 def shard_info(info: RunInfo, shard: Shard) -> ShardInfo:
     return ShardInfo(sweep=sweep_fingerprint(info), count=shard.count, indices=[shard.index])
-
-
-def owned_problems(spec: EvalSpec, seed: int | None, combo: Combo) -> list[Problem]:
-    """The problems of ``combo`` at ``seed`` that this process runs: all of them without a shard."""
-    if spec.shard is None:
-        return list(spec.problems)
-    from evals.run.runner import seed_samplings
-
-    seeds = [sampling.seed for sampling in seed_samplings(spec)]
-    first = (seeds.index(seed) * len(spec.combos) + spec.combos.index(combo)) * len(spec.problems)
-    return [p for i, p in enumerate(spec.problems) if spec.shard.owns(first + i)]
 
 
 def check_shard_resume(run_dir: Path, fresh: RunInfo) -> None:

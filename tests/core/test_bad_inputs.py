@@ -444,7 +444,8 @@ def test_option_values_are_read_as_the_fields_type() -> None:
 
 def test_eval_api_refuses_zero_concurrency_before_writing(tmp_path: Path) -> None:
     from evals.run.combos import build_combos
-    from evals.run.runner import EvalSpec, run_eval
+    from evals.run.runner import run_eval
+    from evals.run.spec import EvalSpec
     from evals.tasks import Selection, get_task, load_task
 
     task = get_task("arith")

@@ -8,7 +8,8 @@ import pytest
 
 from evals.run.combos import build_combos
 from evals.run.grading import Grader
-from evals.run.runner import EvalSpec, run_eval
+from evals.run.runner import run_eval
+from evals.run.spec import EvalSpec
 from evals.tasks import Selection, get_task, load_task
 from paragen._context import RunContext
 from paragen.backends.scripted import ScriptedBackend, arithmetic_responder

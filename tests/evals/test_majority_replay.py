@@ -16,7 +16,8 @@ from evals.analysis.bank import bank_from_record, expected_majority, pairs_to_gr
 from evals.report.build import build_report
 from evals.run.combos import build_combos
 from evals.run.grading import Grader
-from evals.run.runner import EvalSpec, run_eval
+from evals.run.runner import run_eval
+from evals.run.spec import EvalSpec
 from evals.tasks import Selection, get_task, load_task
 from paragen.backends.scripted import Script, ScriptedBackend, arithmetic_responder
 from paragen.types import GenerateRequest, SamplingParams
