@@ -357,7 +357,7 @@ def _options(options: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    from evals.demo import ModelUnavailable, make_backend
+    from evals.run.local_model import ModelUnavailable, make_backend
 
     started = time.monotonic()
     try:

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from evals.run.combos import Combo
-from evals.run.records import DataSource
 from evals.run.shards import Shard
 from evals.tasks.base import Task
+from evals.tasks.loading import DataSource
 from paragen.config import Budget, spec_without_credentials
 from paragen.prompts import PromptTemplate
 from paragen.types import Problem, SamplingParams
