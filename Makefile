@@ -50,12 +50,12 @@ demo: setup
 	$(PY) -m evals.demo
 
 # docs/results.md and docs/results/*.png from fresh SmolLM2 runs of every built-in math strategy
-# (evals/results.py ROWS): 10 arith + 4 GSM8K problems, 2 seeds; about 50 min on 2 CPU cores (the page
+# (evals/report/results.py ROWS): 10 arith + 4 GSM8K problems, 2 seeds; about 50 min on 2 CPU cores (the page
 # states its own runs' wall time); `make results RESULTS_ARGS="--size small"` is a few-minute smoke
 # test, labelled as such on the page.
 RESULTS_ARGS ?=
 results: setup
-	$(PY) -m evals.results $(RESULTS_ARGS)
+	$(PY) -m evals.report.results $(RESULTS_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check paragen strategies evals tests benchmarks tools

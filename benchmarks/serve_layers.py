@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from paragen import _tracing as tracing
+from paragen import tracing
 from paragen.backends.base import generate
 from paragen.backends.scripted import Script, ScriptedBackend
 from paragen.serve import replies

@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
+from evals.run.local_model import ModelUnavailable, make_backend
 from paragen.backends.base import Backend
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
@@ -25,26 +26,6 @@ from paragen.types import SamplingParams
 
 WANTED = ("single", "majority", "ffs")
 console = Console()
-
-
-class ModelUnavailable(Exception):
-    """The demo's model could not be loaded; the demo stops instead of running without it."""
-
-
-def make_backend(model: str | None = None) -> tuple[Backend, str]:
-    """The engine with ``model`` (None: its default); ModelUnavailable, with the cause, if it cannot load."""
-    name = model or "the engine's default, SmolLM2-135M-Instruct"
-    try:
-        from paragen.backends.engine import EngineBackend
-
-        engine: Backend = EngineBackend.from_spec(model)
-    except (ImportError, ParagenError, OSError) as exc:
-        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ModelUnavailable(
-            f"the demo's model ({name}) could not be loaded: {type(exc).__name__}: {cause} "
-            "(`make setup` installs the default one); no numbers are shown without the model"
-        ) from exc
-    return engine, "engine" if model is None else f"engine:{model}"
 
 
 def _register_builtin(name: str) -> bool:
@@ -90,10 +71,11 @@ def run_task(
 ) -> dict[str, Any]:
     import anyio
 
-    from evals.combos import build_combos
-    from evals.plots import plot_pareto
-    from evals.report import build_report, print_report
-    from evals.runner import EvalSpec, run_eval
+    from evals.report.build import build_report, print_report
+    from evals.report.plots import plot_pareto
+    from evals.run.combos import build_combos
+    from evals.run.runner import run_eval
+    from evals.run.spec import EvalSpec
     from evals.tasks import Selection, get_task, load_task
 
     task = get_task(task_name)

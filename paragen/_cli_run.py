@@ -12,13 +12,13 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from paragen import _tracing as tracing
+from paragen import tracing
 from paragen._live_view import WorkerColumns
-from paragen._signals import until_terminated
 from paragen.backends.base import Backend
 from paragen.config import Budget
 from paragen.errors import BackendError, ConfigError, invalid_fields
 from paragen.orchestrator import Orchestrator
+from paragen.signals import until_terminated
 from paragen.strategy import Strategy
 from paragen.types import Problem, SamplingParams, StrategyResult, Trace
 

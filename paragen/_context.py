@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from paragen import _tracing as tracing
+from paragen import tracing
 from paragen._accounting import summarize
 from paragen._children import ChildTasks
 from paragen._fanout import Fanout, ToolSpan

@@ -23,7 +23,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from paragen import _tracing as tracing
+from paragen import tracing
 from paragen._ledger import Account
 from paragen._live import LiveSample, Monitor, abort_choices, stop_sample, stop_samples
 from paragen.backends.base import Capabilities, CompletionStream

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from paragen import _tracing as tracing
+from paragen import tracing
 from paragen._live import LiveSample, stop_samples
 from paragen.backends.base import Backend
 from paragen.config import Budget

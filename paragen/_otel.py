@@ -1,4 +1,4 @@
-"""The OpenTelemetry side of :mod:`paragen._tracing` (imported only when tracing is turned on).
+"""The OpenTelemetry side of :mod:`paragen.tracing` (imported only when tracing is turned on).
 
 Names follow OpenTelemetry's GenAI semantic conventions where they cover the thing (``chat MODEL``
 client spans; ``gen_ai.usage.input_tokens`` / ``output_tokens``, ``gen_ai.request.*``,
@@ -41,7 +41,7 @@ def _provider(endpoint: str | None) -> TracerProvider:
 
 
 class OTelTracer:
-    """Spans of runs, phases, traces and backend requests (see paragen._tracing)."""
+    """Spans of runs, phases, traces and backend requests (see paragen.tracing)."""
 
     def __init__(self, provider: Any = None, *, endpoint: str | None = None) -> None:
         self.provider = provider if provider is not None else _provider(endpoint)

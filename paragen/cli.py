@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from paragen._cli_options import (
+from paragen.cli_options import (
     BackendOpt,
     BackendOpts,
     BaseUrlOpt,
@@ -32,11 +32,11 @@ from paragen._cli_options import (
     parse_strategy_options,
     validated,
 )
-from paragen._signals import Terminated
 from paragen.config import Budget
 from paragen.errors import ParagenError
 from paragen.registry import BACKEND_GROUP, COMMAND_GROUP, STRATEGY_GROUP, load, names
 from paragen.serve.cli import serve_command
+from paragen.signals import Terminated
 
 app = typer.Typer(
     name="paragen",

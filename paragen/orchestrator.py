@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from paragen import _tracing as tracing
+from paragen import tracing
 from paragen._accounting import summarize
 from paragen._context import RunContext
 from paragen._ledger import Ledger

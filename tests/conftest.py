@@ -31,7 +31,7 @@ def exporter() -> Iterator[InMemorySpanExporter]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from paragen import _tracing as tracing
+    from paragen import tracing
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -4,7 +4,7 @@ Rows are always a ``datasets.Dataset``: from the hub (``load_dataset(hub_id, con
 split=, revision=)``), from a bundled copy under ``evals/data`` or a user's file
 (``load_dataset("json" | "csv" | "parquet", data_files=...)``), or generated
 (``Dataset.from_list``). Which one is used, and why, is returned as a
-:class:`~evals.records.DataSource` with the row count and sha256 hashes.
+:class:`~evals.run.records.DataSource` with the row count and sha256 hashes.
 
 Source policy (``source``): ``"auto"`` tries the hub when it can be reached and falls
 back to the bundled copy, saying what failed in ``DataSource.note``; ``"bundled"``
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from evals.records import DataSource
+from pydantic import BaseModel, ConfigDict
+
 from evals.tasks.base import Fields, HubSource, Task
 from paragen.errors import ConfigError
 from paragen.types import Problem
@@ -39,6 +40,28 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
 SourceChoice = Literal["auto", "hub", "bundled"]
+
+
+class DataSource(BaseModel):
+    """Where a run's problems came from, precisely enough to get the same rows again (kept in run.json)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    kind: Literal["hub", "bundled", "file", "generated"]
+    name: str  # hub id, bundled file name, file path, or the generator
+    revision: str | None = None  # hub revision asked for (None: the hub's main)
+    split: str | None = None
+    file_sha256: str | None = None  # sha256 of the file's bytes (bundled and user files)
+    rows_sha256: str  # sha256 of the rows as loaded (one canonical JSON line per row)
+    rows: int
+    note: str | None = None  # why this source and not another (e.g. the hub failed)
+
+    def describe(self) -> str:
+        where = f"{self.name}@{self.revision or 'main'}" if self.kind == "hub" else self.name
+        digest = self.file_sha256 or self.rows_sha256
+        return f"{self.kind} {where}, {self.rows} rows, sha256 {digest[:16]}"
+
+
 _HUB_HOST = ("huggingface.co", 443)
 
 

@@ -35,7 +35,7 @@ import anyio
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
-from paragen import _tracing as tracing
+from paragen import tracing
 from paragen.backends.base import CompletionStream
 from paragen.backends.openai_config import OpenAIConfig, ServerInfo
 from paragen.backends.openai_hedge import Race

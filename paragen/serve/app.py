@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from paragen import _tracing as tracing
+from paragen import tracing
 from paragen.backends.base import Backend
 from paragen.metrics import CONTENT_TYPE
 from paragen.serve.config import ServeConfig

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paragen._cli_options import BackendOpt, BackendOpts, ModelOpt, OtlpOpt, check_otlp_endpoint, validated
+from paragen.cli_options import BackendOpt, BackendOpts, ModelOpt, OtlpOpt, check_otlp_endpoint, validated
 from paragen.errors import ConfigError
 
 _FLAGS = {
@@ -113,7 +113,7 @@ def _serve(
 
 
 def _tracing(endpoint: str | None) -> Any:
-    from paragen import _tracing as tracing
+    from paragen import tracing
 
     return tracing.configured(endpoint)  # on where the flag or OTEL_* asks; flushed at shutdown
 
@@ -138,6 +138,6 @@ def _api_key(variable: str | None) -> str | None:
 
 
 def _backend(spec: str, model: str | None, options: list[str]) -> Any:
-    from paragen._cli_options import choose_backend
+    from paragen.cli_options import choose_backend
 
     return choose_backend(spec, model=model, base_url=None, options=options).build()

@@ -18,8 +18,7 @@ from opentelemetry.trace import SpanKind
 from otlp_receiver import Receiver
 from real_servers import Server, start_vllm
 
-from paragen import Orchestrator, Problem
-from paragen import _tracing as tracing
+from paragen import Orchestrator, Problem, tracing
 from paragen.backends.openai import OpenAIBackend
 from paragen.strategy import build_strategy
 from paragen.types import SamplingParams

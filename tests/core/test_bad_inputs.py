@@ -427,8 +427,8 @@ def test_solve_with_a_backend_name_names_the_real_error(tmp_path: Path) -> None:
 
 def test_option_values_are_read_as_the_fields_type() -> None:
     """A text field keeps digits as text (an API key); other fields read JSON; none goes unnoticed."""
-    from paragen._cli_options import choose_backend, parse_strategy_options
     from paragen.backends.openai import OpenAIBackend
+    from paragen.cli_options import choose_backend, parse_strategy_options
 
     choice = choose_backend(
         "openai:http://127.0.0.1:9/v1",
@@ -449,8 +449,9 @@ def test_option_values_are_read_as_the_fields_type() -> None:
 
 
 def test_eval_api_refuses_zero_concurrency_before_writing(tmp_path: Path) -> None:
-    from evals.combos import build_combos
-    from evals.runner import EvalSpec, run_eval
+    from evals.run.combos import build_combos
+    from evals.run.runner import run_eval
+    from evals.run.spec import EvalSpec
     from evals.tasks import Selection, get_task, load_task
 
     task = get_task("arith")

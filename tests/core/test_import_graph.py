@@ -120,3 +120,18 @@ def test_strategies_use_only_the_public_api() -> None:
 
 def test_the_public_submodules_exist() -> None:
     assert set(source_files("paragen")) >= PUBLIC_SUBMODULES
+
+
+def test_no_import_cycle_inside_the_harness() -> None:
+    assert find_cycle(graph("evals")) is None
+
+
+def test_the_harness_imports_no_private_module() -> None:
+    known = set(source_files("paragen")) | set(source_files("strategies"))
+    offenders = [
+        f"{name}:{line} imports {mod}"
+        for name, path in source_files("evals").items()
+        for mod, line in imported_names(path, known)
+        if mod.split(".")[0] in ("paragen", "strategies") and any(p.startswith("_") for p in mod.split("."))
+    ]
+    assert offenders == []

@@ -157,7 +157,7 @@ def test_a_bad_spec_does_not_echo_url_credentials(tmp_path: Path) -> None:
 
 
 def test_eval_api_records_the_spec_without_credentials(tmp_path: Path) -> None:
-    from evals.runner import EvalSpec
+    from evals.run.spec import EvalSpec
     from evals.tasks import Selection, get_task, load_task
 
     url = f"openai:http://u:{KEY}@h/v1"

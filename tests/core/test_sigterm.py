@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from paragen._signals import Terminated, until_terminated
+from paragen.signals import Terminated, until_terminated
 
 
 @pytest.mark.anyio

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from evals.grading import Grader
+from evals.run.grading import Grader
 
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"

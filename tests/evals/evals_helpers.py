@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import time
 
-from evals.records import EvalRecord, GradeRecord
+from evals.run.records import EvalRecord, GradeRecord
 from paragen._context import RunContext
 from paragen.answers import extract_answer, majority_vote
 from paragen.prompts import solve_messages

@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from evals.cli import app
-from evals.records import load_records
+from evals.run.records import load_records
 
 runner = CliRunner()
 BASE = ["eval", "-t", "arith", "--limit", "3", "-s", "single", "--no-progress", "--no-plot"]

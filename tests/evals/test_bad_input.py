@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from evals.cli import app
-from evals.records import RECORDS_FILE, RUN_FILE
+from evals.run.records import RECORDS_FILE, RUN_FILE
 
 runner = CliRunner()
 ROW = {"problem": "What is 2 + 2?", "answer": "4", "id": "a"}

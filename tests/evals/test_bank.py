@@ -9,7 +9,7 @@ from typing import Any
 
 from evals_helpers import eval_record
 
-from evals.bank import (
+from evals.analysis.bank import (
     OFFLINE,
     bank_from_record,
     best_of,
@@ -18,12 +18,12 @@ from evals.bank import (
     lowest_group_confidence,
     majority_ks,
     mean_logprob,
-    offline_rows,
     pairs_to_grade,
     verdict_table,
 )
-from evals.metrics import expected_maj_at_k
-from evals.records import EvalRecord
+from evals.analysis.bank_rows import offline_rows
+from evals.analysis.metrics import expected_maj_at_k
+from evals.run.records import EvalRecord
 from paragen.answers import majority_vote
 from paragen.types import Trace
 

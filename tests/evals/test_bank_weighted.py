@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from evals import bank_weighted
-from evals.bank import BankProblem, offline_rows
+from evals.analysis import bank_weighted
+from evals.analysis.bank import BankProblem
+from evals.analysis.bank_rows import offline_rows
 from paragen.types import Trace
 
 # Three samples answering 4, 5, 4 (gold 4); the verifier's step scores of each.

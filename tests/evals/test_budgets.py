@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evals.bank import BankProblem
-from evals.budgets import bank_curve, default_budgets, problem_curve, within
+from evals.analysis.bank import BankProblem
+from evals.analysis.budgets import bank_curve, default_budgets, problem_curve, within
 from paragen.types import Trace
 
 # Three samples of 10, 20 and 30 tokens finishing at 1, 2 and 3 s; only the 20-token one is right.

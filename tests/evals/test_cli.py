@@ -14,7 +14,7 @@ from evals_helpers import register_test_strategies
 from typer.testing import CliRunner
 
 from evals.cli import app, register
-from evals.report import build_report
+from evals.report.build import build_report
 
 runner = CliRunner()
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evals.combos import build_combos
-from paragen._cli_options import count_option, parse_strategy_options
+from evals.run.combos import build_combos
+from paragen.cli_options import count_option, parse_strategy_options
 from paragen.errors import ConfigError
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from evals.cli import app
-from evals.records import load_records, read_run_info
+from evals.run.records import load_records, read_run_info
 
 runner = CliRunner()
 BASE = ["eval", "-t", "arith", "--backend", "scripted", "--no-progress", "--no-plot"]

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from evals.cli import EXIT_NO_RESULT, app
-from evals.records import load_records
+from evals.cli import app
+from evals.cli.eval import EXIT_NO_RESULT
+from evals.run.records import load_records
 
 runner = CliRunner()
 STRATEGIES = "single,majority,ffs,pdr,deepprune"

@@ -16,8 +16,9 @@ import pytest
 from evals_helpers import BUGGY_IDS, register_test_strategies
 from typer.testing import CliRunner, Result
 
-from evals.cli import EXIT_FAILED, app
-from evals.records import load_records, read_records
+from evals.cli import app
+from evals.cli.eval import EXIT_FAILED
+from evals.run.records import load_records, read_records
 
 runner = CliRunner()
 BUGGY = ["arith-0-0001", "arith-0-0003"]

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from evals_helpers import register_test_strategies
 
-from evals.combos import build_combos
-from evals.records import read_records
-from evals.runner import EvalSpec, run_eval
+from evals.run.combos import build_combos
+from evals.run.records import read_records
+from evals.run.runner import run_eval
+from evals.run.spec import EvalSpec
 from evals.tasks import Selection, get_task, load_task
 from paragen.backends.scripted import Script, ScriptedBackend, arithmetic_responder
 from paragen.types import GenerateRequest, SamplingParams

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from evals.combos import build_combos
-from evals.grading import Grader
-from evals.runner import EvalSpec, run_eval
+from evals.run.combos import build_combos
+from evals.run.grading import Grader
+from evals.run.runner import run_eval
+from evals.run.spec import EvalSpec
 from evals.tasks import Selection, get_task, load_task
 from paragen._context import RunContext
 from paragen.backends.scripted import ScriptedBackend, arithmetic_responder

@@ -8,7 +8,7 @@ import time
 import pytest
 from evals_helpers import ignore_timer_and_hang, spin_forever
 
-from evals.grading import Grader, pre_grade
+from evals.run.grading import Grader, pre_grade
 from evals.tasks import DATA_DIR
 from paragen.answers import extract_answer
 from paragen.types import StrategyResult, Trace

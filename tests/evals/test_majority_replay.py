@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from evals.bank import bank_from_record, expected_majority, pairs_to_grade, verdict_table
-from evals.combos import build_combos
-from evals.grading import Grader
-from evals.report import build_report
-from evals.runner import EvalSpec, run_eval
+from evals.analysis.bank import bank_from_record, expected_majority, pairs_to_grade, verdict_table
+from evals.report.build import build_report
+from evals.run.combos import build_combos
+from evals.run.grading import Grader
+from evals.run.runner import run_eval
+from evals.run.spec import EvalSpec
 from evals.tasks import Selection, get_task, load_task
 from paragen.backends.scripted import Script, ScriptedBackend, arithmetic_responder
 from paragen.types import GenerateRequest, SamplingParams

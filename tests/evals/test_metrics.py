@@ -7,7 +7,7 @@ from itertools import combinations
 
 import pytest
 
-from evals.metrics import (
+from evals.analysis.metrics import (
     Point,
     ProblemStats,
     bootstrap_ci,

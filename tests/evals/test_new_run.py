@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from evals.cli import app
-from evals.records import load_records, read_run_info
+from evals.run.records import load_records, read_run_info
 
 runner = CliRunner()
 BASE = ["eval", "-t", "arith", "-s", "single", "--backend", "scripted", "--no-progress", "--no-plot"]

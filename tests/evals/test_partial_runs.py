@@ -1,6 +1,6 @@
 """A run folder interrupted before its end is marked partial (run.json and the report's header);
 a completed run is not, and a resume that completes it clears the mark. Real subprocesses, real signals
-(SIGINT unwinds through the same cancellation as SIGTERM, see paragen._signals)."""
+(SIGINT unwinds through the same cancellation as SIGTERM, see paragen.signals)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evals.cli import app
-from evals.records import RECORDS_FILE
+from evals.run.records import RECORDS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = 8

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from evals.analysis.published import published_rows
 from evals.cli import app
-from evals.presets import PRESET_DIR, load_preset, preset_names
-from evals.published import published_rows
-from evals.records import EvalRecord, load_records
-from evals.report import build_report
+from evals.report.build import build_report
+from evals.run.presets import PRESET_DIR, load_preset, preset_names
+from evals.run.records import EvalRecord, load_records
 from evals.tasks import Selection, get_task, load_problems
 
 runner = CliRunner()

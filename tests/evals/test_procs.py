@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evals.cli import app
-from evals.records import RECORDS_FILE, EvalRecord, read_records, read_run_info
+from evals.run.records import RECORDS_FILE, EvalRecord, read_records, read_run_info
 
 # Several eval runs, each starting its grading pool: minutes on 2 busy cores.
 pytestmark = pytest.mark.timeout(900)

@@ -9,9 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from evals.cli import app
-from evals.combos import build_combos
-from evals.prompts import get_template, prompt_setting
-from evals.runner import EvalSpec, run_eval
+from evals.run.combos import build_combos
+from evals.run.prompts import get_template, prompt_setting
+from evals.run.runner import run_eval
+from evals.run.spec import EvalSpec
 from evals.tasks import Selection, get_task, load_task
 from paragen.backends.scripted import ScriptedBackend
 from paragen.errors import ConfigError

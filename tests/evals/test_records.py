@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from evals_helpers import eval_record
 
-from evals.records import RECORDS_FILE, RecordWriter, load_records, read_records
+from evals.run.records import RECORDS_FILE, RecordWriter, load_records, read_records
 from paragen.errors import ConfigError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from evals.results import EXCLUDED, PRESETS, ROWS, combos_for, parse_args
+from evals.report.results import EXCLUDED, PRESETS, ROWS, combos_for, parse_args
 from paragen.registry import STRATEGY_GROUP
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evals.records import RECORDS_FILE, EvalRecord, read_records, record_key
+from evals.run.records import RECORDS_FILE, EvalRecord, read_records, record_key
 
 ROOT = Path(__file__).resolve().parents[2]
 TOTAL = 12 * 2  # 12 problems x (t_single, t_vote n=3)

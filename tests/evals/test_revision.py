@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from evals.cli import app
-from evals.records import RUN_FILE
+from evals.run.records import RUN_FILE
 from evals.tasks import get_task
 
 runner = CliRunner()

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from evals.report_samples import reasoning_tokens
-from evals.sample_metrics import ProblemSamples, ks_up_to, run_accuracies, summarize_samples
+from evals.analysis.sample_metrics import ProblemSamples, ks_up_to, run_accuracies, summarize_samples
+from evals.report.samples import reasoning_tokens
 from paragen.types import Trace
 
 # Problem A: 3 of 4 right, the vote "1" (3 votes) is right. Problem B: 1 of 4 right, one sample

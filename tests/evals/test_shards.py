@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from evals.cli import app
-from evals.records import RECORDS_FILE, RUN_FILE, EvalRecord, read_records, read_run_info
-from evals.shards import parse_shard, sweep_units
+from evals.run.records import RECORDS_FILE, RUN_FILE, EvalRecord, read_records, read_run_info
+from evals.run.shards import parse_shard, sweep_units
 from paragen.errors import ConfigError
 
 # Several eval runs, each starting its grading pool: minutes on 2 busy cores.

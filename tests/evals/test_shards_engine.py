@@ -13,14 +13,15 @@ from typing import Any
 import anyio
 import pytest
 
-from evals.combos import build_combos
-from evals.merge import merge_shards
-from evals.records import RECORDS_FILE, EvalRecord, read_records
-from evals.runner import EvalSpec, run_eval
-from evals.shards import Shard
+from evals.run.combos import build_combos
+from evals.run.merge import merge_shards
+from evals.run.records import RECORDS_FILE, EvalRecord, read_records
+from evals.run.runner import run_eval
+from evals.run.shards import Shard
+from evals.run.spec import EvalSpec
 from evals.tasks import Selection, get_task, load_task
-from paragen._cli_options import choose_backend
 from paragen.backends.base import Backend
+from paragen.cli_options import choose_backend
 from paragen.errors import ConfigError
 from paragen.types import SamplingParams
 

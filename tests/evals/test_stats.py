@@ -7,10 +7,8 @@ import math
 import pytest
 from evals_helpers import eval_record
 
-from evals.compare import compare, settings_of
-from evals.records import EvalRecord
-from evals.report import seed_columns
-from evals.stats import (
+from evals.analysis.compare import compare, settings_of
+from evals.analysis.stats import (
     discordant,
     mcnemar_exact,
     mean_difference,
@@ -18,6 +16,8 @@ from evals.stats import (
     ratio_of_means,
     spread,
 )
+from evals.report.build import seed_columns
+from evals.run.records import EvalRecord
 from paragen.types import SamplingParams
 
 

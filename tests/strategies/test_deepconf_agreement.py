@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from strategy_helpers import run, words
 
-from evals.bank import bank_from_record, deepconf_offline
-from evals.records import EvalRecord, GradeRecord
+from evals.analysis.bank import bank_from_record, deepconf_offline
+from evals.run.records import EvalRecord, GradeRecord
 from paragen import Problem, SamplingParams
 from paragen.answers import answer_key
 from paragen.backends.scripted import Script

@@ -15,7 +15,7 @@ import pytest
 import reference_rules as ref
 from strategy_helpers import SYNC, RewritingBackend, run, samples
 
-from evals.bank import BankProblem, deepconf_offline
+from evals.analysis.bank import BankProblem, deepconf_offline
 from paragen._live import LiveSample
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, tokenize

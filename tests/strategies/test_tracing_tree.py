@@ -14,7 +14,7 @@ from search_helpers import VERIFIER, run_search
 from strategy_helpers import run, words
 from test_search_beam import SCORES, TREE
 
-from paragen import _tracing as tracing
+from paragen import tracing
 from paragen.backends.scripted import Script
 from paragen.types import StrategyResult, Trace
 from strategies.beam_search import BeamSearch

@@ -1,14 +1,14 @@
-"""The published figure beside the measured one, for a run made from a preset (see evals.presets).
+"""The published figure beside the measured one, for a run made from a preset (see evals.run.presets).
 
 For each figure of the run's preset the report finds the configuration it names (strategy,
 n) among the run's rows and gives the measured value with its 95% interval, in percent:
 
 - ``accuracy``: the live accuracy and its bootstrap interval over problems;
-- ``pass@1`` / ``maj@k``: the per-sample rows (evals.sample_metrics) and their bootstrap
+- ``pass@1`` / ``maj@k``: the per-sample rows (evals.analysis.sample_metrics) and their bootstrap
   intervals over problems;
 - ``pass@k``: the unbiased estimate at k = n (no interval is computed for it);
 - ``token_saving``: 1 - (mean total tokens of the strategy) / (mean of its baseline) on the
-  problems both ran, with a paired bootstrap interval over problems (evals.stats);
+  problems both ran, with a paired bootstrap interval over problems (evals.analysis.stats);
 - ``speedup``: (mean latency of the baseline) / (mean latency of the strategy) per problem,
   end to end, on the problems both ran, with the same paired interval; a factor (1.8 = 1.8x),
   where every other metric is in percent (each row says its ``unit``).
@@ -23,10 +23,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from evals import stats
-from evals.compare import FINISHED, seed_of
-from evals.presets import unit_of
-from evals.records import EvalRecord
+from evals.analysis import stats
+from evals.analysis.compare import FINISHED, seed_of
+from evals.run.presets import unit_of
+from evals.run.records import EvalRecord
 
 
 def _find(rows: Sequence[dict[str, Any]], strategy: str, n: int | None) -> dict[str, Any] | None:

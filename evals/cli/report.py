@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paragen._cli_options import fail, split_commas
+from paragen.cli_options import fail, split_commas
 from paragen.errors import ConfigError, ParagenError
 
 PLOT_FILE = "pareto.png"
@@ -43,7 +43,7 @@ def report_command(
     csv_table: Annotated[str, typer.Option(help="with --format csv: summary, paired or budgets")] = "summary",
 ) -> None:
     """Summarize runs' records: accuracy with CIs, paired comparisons, offline estimates, budgets."""
-    from evals.plots import require_plotting
+    from evals.report.plots import require_plotting
 
     try:
         if plot:
@@ -90,7 +90,7 @@ def _run_folder(path: Path) -> Path:
 
 
 def show_report(runs: Path | list[Path], *, fmt: str, do_regrade: bool, plot: bool, **options: Any) -> None:
-    from evals.report import build_report, print_report, render
+    from evals.report.build import build_report, print_report, render
 
     runs = [_run_folder(run) for run in ([runs] if isinstance(runs, Path) else runs)]
     csv_table = options.pop("csv_table", "summary")
@@ -107,7 +107,7 @@ def show_report(runs: Path | list[Path], *, fmt: str, do_regrade: bool, plot: bo
     else:
         sys.stdout.write(render(report, fmt, csv_table))
     if plot and report["summary"]:
-        from evals.plots import plot_pareto
+        from evals.report.plots import plot_pareto
 
         title = " vs ".join(run.name for run in runs)
         path = plot_pareto(report["summary"], runs[0] / PLOT_FILE, title=title)

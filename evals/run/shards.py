@@ -7,9 +7,9 @@ every shard gets an even share of every configuration and seed, and the split de
 nothing but the sweep itself, so N jobs started anywhere agree on it without talking.
 
 Each shard is an ordinary run folder (records, run.json, ``--resume``) whose run.json also
-holds a :class:`~evals.records.ShardInfo`: the shard's index, the count, and the sweep's
+holds a :class:`~evals.run.records.ShardInfo`: the shard's index, the count, and the sweep's
 fingerprint, a hash of everything that defines the sweep (settings, data, configurations,
-problems, seeds) and nothing that depends on the shard. ``paragen merge`` (:mod:`evals.merge`)
+problems, seeds) and nothing that depends on the shard. ``paragen merge`` (:mod:`evals.run.merge`)
 checks the fingerprints agree before it joins shards into one run folder.
 """
 
@@ -20,15 +20,9 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from evals.records import RUN_FILE, Key, RunInfo, ShardInfo, read_run_info, settings_id
+from evals.run.records import RUN_FILE, Key, RunInfo, ShardInfo, read_run_info, settings_id
 from paragen.errors import ConfigError
-
-if TYPE_CHECKING:
-    from evals.combos import Combo
-    from evals.runner import EvalSpec
-    from paragen.types import Problem
 
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 SHARD_HINT = "give I/N with 1 <= I <= N, e.g. --shard 2/8"
@@ -98,17 +92,6 @@ def shard_units(info: RunInfo, indices: list[int], count: int) -> list[Key]:
 
 def shard_info(info: RunInfo, shard: Shard) -> ShardInfo:
     return ShardInfo(sweep=sweep_fingerprint(info), count=shard.count, indices=[shard.index])
-
-
-def owned_problems(spec: EvalSpec, seed: int | None, combo: Combo) -> list[Problem]:
-    """The problems of ``combo`` at ``seed`` that this process runs: all of them without a shard."""
-    if spec.shard is None:
-        return list(spec.problems)
-    from evals.runner import seed_samplings
-
-    seeds = [sampling.seed for sampling in seed_samplings(spec)]
-    first = (seeds.index(seed) * len(spec.combos) + spec.combos.index(combo)) * len(spec.problems)
-    return [p for i, p in enumerate(spec.problems) if spec.shard.owns(first + i)]
 
 
 def check_shard_resume(run_dir: Path, fresh: RunInfo) -> None:

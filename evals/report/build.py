@@ -11,16 +11,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evals import bank as sample_bank
-from evals import budgets, stats
-from evals.bank import Verdicts
-from evals.compare import common_problems, comparison_rows, restrict, seed_of, settings_of
-from evals.grading import Grader
-from evals.metrics import CI_SEED, Point, ProblemStats, matched_cost, summarize
-from evals.published import published_rows
-from evals.records import EvalRecord, GradeRecord, RunInfo, load_records, records_path, run_infos
-from evals.render import print_report, render, table_cells
-from evals.report_samples import sample_rows
+from evals.analysis import bank as sample_bank
+from evals.analysis import bank_rows, budgets, stats
+from evals.analysis.bank import Verdicts
+from evals.analysis.compare import common_problems, comparison_rows, restrict, seed_of, settings_of
+from evals.analysis.metrics import CI_SEED, Point, ProblemStats, matched_cost, summarize
+from evals.analysis.published import published_rows
+from evals.report.render import print_report, render, table_cells
+from evals.report.samples import sample_rows
+from evals.run.grading import Grader
+from evals.run.records import EvalRecord, GradeRecord, RunInfo, load_records, records_path, run_infos
 from paragen.errors import ConfigError
 
 __all__ = ["build_report", "print_report", "render", "table_cells"]
@@ -120,7 +120,7 @@ def offline_rows(
         full = budgets.usable_for_budgets(items, n)
         label = sample_bank.OFFLINE if full else partial_bank_label(strategy)
         source = f"{strategy} n={n}" + (f" @{folder}" if folder else "")
-        for row in sample_bank.offline_rows(items, verdicts, source=source, n=n, strategy=strategy):
+        for row in bank_rows.offline_rows(items, verdicts, source=source, n=n, strategy=strategy):
             rows.append({"task": task, "settings_id": sid, "folder": folder, **row, "label": label})
     return rows
 
@@ -135,7 +135,7 @@ def budget_rows(
     live: Sequence[dict[str, Any]],
     within: dict[str, list[float]],
 ) -> list[dict[str, Any]]:
-    """Best accuracy per method within each budget (see evals.budgets for how each is estimated)."""
+    """Best accuracy per method within each budget (see evals.analysis.budgets for how each is estimated)."""
     points = []
     folder = live[0]["folder"] if live else ""
     for (task, strategy, n, _sid), items in banks.items():

@@ -6,7 +6,7 @@ n values, the strategies and their options, and the published figures with the t
 section they come from. ``reproduced = false`` says, in every file, that its figures were
 not reproduced with paragen. Flags given on the command line override the preset's values;
 the preset itself is recorded in run.json, and the report puts each published figure beside
-the measured one (see :mod:`evals.published`).
+the measured one (see :mod:`evals.analysis.published`).
 
 Files live in ``evals/presets/``; ``paragen presets`` lists them.
 """
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from paragen.errors import ConfigError, describe_invalid
 
-PRESET_DIR = Path(__file__).resolve().parent / "presets"
+PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 Metric = Literal["accuracy", "pass@1", "maj@k", "pass@k", "token_saving", "speedup"]
 
 

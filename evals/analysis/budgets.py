@@ -9,7 +9,7 @@ per subset:
 - **majority@k, pass@k** (and DeepConf-offline at k = n): all k samples run to the end;
   tokens = the sum of their completion tokens, latency = the latest of their finish times
   (measured from the record's first sample start). Accuracy: maj@k exactly over all
-  subsets (:func:`evals.metrics.expected_maj_at_k`), pass@k the unbiased estimator (an
+  subsets (:func:`evals.analysis.metrics.expected_maj_at_k`), pass@k the unbiased estimator (an
   oracle picks a correct sample if there is one: an upper bound, not a strategy).
 - **FFS@k**: the samples finish in order of their length (one decode batch: one token per
   step each); the first to finish with an answer wins and the rest are cancelled at that
@@ -30,9 +30,9 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from evals import bank as sample_bank
-from evals.bank import BankProblem, Verdicts
-from evals.metrics import pass_at_k
+from evals.analysis import bank as sample_bank
+from evals.analysis.bank import BankProblem, Verdicts
+from evals.analysis.metrics import pass_at_k
 from paragen.answers import majority_vote
 
 MAX_SUBSETS = 2000

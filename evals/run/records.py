@@ -38,7 +38,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evals.prompts import PromptRecord
+from evals.run.prompts import PromptRecord
+from evals.tasks.loading import DataSource
 from paragen.config import Budget
 from paragen.errors import ConfigError, describe_invalid
 from paragen.types import Problem, SamplingParams, StrategyResult
@@ -57,24 +58,6 @@ RETRIED_OUTCOMES = frozenset({"error", "failed"})
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-class DataSource(_Strict):
-    """Where a run's problems came from, precisely enough to get the same rows again."""
-
-    kind: Literal["hub", "bundled", "file", "generated"]
-    name: str  # hub id, bundled file name, file path, or the generator
-    revision: str | None = None  # hub revision asked for (None: the hub's main)
-    split: str | None = None
-    file_sha256: str | None = None  # sha256 of the file's bytes (bundled and user files)
-    rows_sha256: str  # sha256 of the rows as loaded (one canonical JSON line per row)
-    rows: int
-    note: str | None = None  # why this source and not another (e.g. the hub failed)
-
-    def describe(self) -> str:
-        where = f"{self.name}@{self.revision or 'main'}" if self.kind == "hub" else self.name
-        digest = self.file_sha256 or self.rows_sha256
-        return f"{self.kind} {where}, {self.rows} rows, sha256 {digest[:16]}"
 
 
 class GradeRecord(_Strict):
@@ -117,7 +100,7 @@ class StrategyEntry(_Strict):
 
 
 class ShardInfo(_Strict):
-    """Which part of a sharded sweep a run folder holds (see :mod:`evals.shards`)."""
+    """Which part of a sharded sweep a run folder holds (see :mod:`evals.run.shards`)."""
 
     sweep: str  # fingerprint of the whole sweep: every shard of one sweep records the same
     count: int  # the sweep's number of shards
@@ -150,7 +133,7 @@ class RunInfo(_Strict):
     # completes it sets it back to False.
     partial: bool = False
     prompt: PromptRecord | None = None  # the words the problems were asked in
-    preset: dict[str, Any] | None = None  # the published setting this run reproduces (evals.presets)
+    preset: dict[str, Any] | None = None  # the published setting this run reproduces (evals.run.presets)
 
 
 class EvalRecord(_Strict):

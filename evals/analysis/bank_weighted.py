@@ -16,12 +16,10 @@ import itertools
 import math
 import random
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, get_args
+from typing import get_args
 
+from evals.analysis.bank import BankProblem, Verdicts, is_correct
 from paragen.scoring.aggregate import Aggregate, aggregate, weighted_answer
-
-if TYPE_CHECKING:
-    from evals.bank import BankProblem, Verdicts
 
 EXACT_SUBSETS = 2000
 SUBSET_SEED = 0
@@ -45,8 +43,6 @@ def weighted_ks(n: int) -> list[int]:
 
 def expected_weighted(item: BankProblem, k: int, how: Aggregate, verdicts: Verdicts) -> float:
     """The chance that weighted best-of-k over a k-subset of ``item``'s samples is correct."""
-    from evals.bank import is_correct
-
     weights = [aggregate(t.scores or (), how) for t in item.traces]
     n = len(weights)
     if n == 0:

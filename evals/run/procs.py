@@ -22,7 +22,7 @@ from pathlib import Path
 
 import anyio
 
-from evals.shards import Shard
+from evals.run.shards import Shard
 
 SHARDS_FOLDER = "shards"
 GRACE_S = 10.0  # how long a child has to close its backend after SIGTERM before it is killed

@@ -8,7 +8,7 @@ Definitions (those of NeMo-Skills and sgl-eval, which the "sober reasoning" stud
   is measured across the k "runs" (run j = the j-th sample of every problem): the sample
   standard deviation of the k run accuracies, and the standard error std / sqrt(k). With
   k = 1 there is no spread (None). The 95% interval beside it is the percentile bootstrap
-  over problems of the per-problem mean (the fixed seed of :data:`evals.metrics.CI_SEED`).
+  over problems of the per-problem mean (the fixed seed of :data:`evals.analysis.metrics.CI_SEED`).
 - majority@k: whether the vote over the first k samples is right (paragen's live vote: no
   answer ignored, ties to the answer seen first), averaged over problems.
 - pass@k: the unbiased estimator 1 - C(n-c, k) / C(n, k) of Chen et al. (2021) per problem
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from evals.metrics import bootstrap_ci, pass_at_k
+from evals.analysis.metrics import bootstrap_ci, pass_at_k
 from paragen.answers import majority_vote
 
 

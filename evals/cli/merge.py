@@ -1,4 +1,4 @@
-"""`paragen merge` and `paragen eval --procs`: the commands' side of sharded sweeps (evals.shards)."""
+"""`paragen merge` and `paragen eval --procs`: the commands' side of sharded sweeps (evals.run.shards)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from paragen._cli_options import check_out_folder, fail
-from paragen._signals import until_terminated
+from paragen.cli_options import check_out_folder, fail
 from paragen.errors import ConfigError, ParagenError
+from paragen.signals import until_terminated
 
 if TYPE_CHECKING:
-    from evals.records import EvalRecord
-    from evals.shards import Shard
+    from evals.run.records import EvalRecord
+    from evals.run.shards import Shard
 
 
 # Options a --procs child does not take from its parent: it gets its own folder, shard and quiet output.
@@ -42,9 +42,9 @@ def run_procs(
     """Run the sweep as ``procs`` shard processes, merge their folders into ``out``; its records."""
     import anyio
 
-    from evals.merge import merge_shards
-    from evals.procs import SHARDS_FOLDER, failed_child, plan_children, run_children
-    from evals.records import RUN_FILE, load_records
+    from evals.run.merge import merge_shards
+    from evals.run.procs import SHARDS_FOLDER, failed_child, plan_children, run_children
+    from evals.run.records import RUN_FILE, load_records
 
     if (out / RUN_FILE).exists() and not resume:
         hint = "pass --resume to continue it, or pick a new --out"
@@ -68,8 +68,8 @@ def merge_command(
     ] = False,
 ) -> None:
     """Join the run folders of one sweep's shards into one run folder, checked complete."""
-    from evals.merge import merge_shards
-    from evals.records import load_records
+    from evals.run.merge import merge_shards
+    from evals.run.records import load_records
 
     try:
         check_out_folder(out)

@@ -1,8 +1,8 @@
 """The report's per-sample rows: each setting's recorded samples graded once and summarized.
 
 The samples of a record are its finished ("ok") samples in the order they finished (see
-:func:`evals.bank.bank_from_record`); a setting run under several seeds pools them per
-problem. What each column means is in :mod:`evals.sample_metrics`.
+:func:`evals.analysis.bank.bank_from_record`); a setting run under several seeds pools them per
+problem. What each column means is in :mod:`evals.analysis.sample_metrics`.
 
 Reasoning tokens are a sample's ``reasoning_tokens`` where they were counted (its
 ``reasoning_count_source``): samples without thinking read as "not reported", never as 0.
@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from evals import bank as sample_bank
-from evals.bank import BankProblem, Verdicts
-from evals.sample_metrics import ProblemSamples, summarize_samples
+from evals.analysis import bank as sample_bank
+from evals.analysis.bank import BankProblem, Verdicts
+from evals.analysis.sample_metrics import ProblemSamples, summarize_samples
 from paragen.types import Trace
 
 if TYPE_CHECKING:
-    from evals.grading import Grader
-    from evals.records import EvalRecord
+    from evals.run.grading import Grader
+    from evals.run.records import EvalRecord
 
 
 def reasoning_tokens(trace: Trace) -> int | None:

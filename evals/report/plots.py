@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evals.metrics import Point, pareto_front
+from evals.analysis.metrics import Point, pareto_front
 from paragen.errors import ConfigError
 
 MISSING = "matplotlib is not installed"

@@ -1,9 +1,10 @@
 """The sample bank: offline aggregations re-scored from one recorded n=N run, without regeneration.
 
 From the raw samples of each record this computes majority@k (the exact expectation
-over all k-subsets, see :func:`evals.metrics.expected_maj_at_k`), best-of-n under any
+over all k-subsets, see :func:`evals.analysis.metrics.expected_maj_at_k`), best-of-n under any
 scorer, DeepConf-offline (confidence-filtered, confidence-weighted voting), and weighted
-best-of-k from a verifier's recorded scores (:mod:`evals.bank_weighted`).
+best-of-k from a verifier's recorded scores (:mod:`evals.analysis.bank_weighted`); the report's
+rows of all of them are :func:`evals.analysis.bank_rows.offline_rows`.
 
 Samples are taken in the order they finished, which is the order a live vote sees them,
 and voted on with the live tie rule (NO_ANSWER ignored, ties to the first seen): so
@@ -17,16 +18,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from evals import bank_weighted
-from evals.metrics import bootstrap_ci, expected_maj_at_k
+from evals.analysis.metrics import expected_maj_at_k
 from paragen.answers import extract_answer
 from paragen.types import Trace
-from strategies import _confidence as confidence
+from strategies import confidence
 
 if TYPE_CHECKING:
-    from evals.records import EvalRecord
+    from evals.run.records import EvalRecord
 
 OFFLINE = "offline estimate"
 Scorer = Callable[[Trace], float]
@@ -137,54 +137,4 @@ def deepconf_offline(item: BankProblem, verdicts: Verdicts, *, keep: float = 0.9
     return _is_correct(item, winner, verdicts)
 
 
-def offline_rows(
-    bank: Sequence[BankProblem],
-    verdicts: Verdicts,
-    *,
-    source: str,
-    n: int | None = None,
-    strategy: str | None = None,
-) -> list[dict[str, Any]]:
-    """maj@k for k <= n, best-of-n by mean logprob and DeepConf-offline, all labelled offline,
-    and weighted best-of-k where ``strategy`` scored whole solutions (see :mod:`evals.bank_weighted`).
-
-    ``n`` is the strategy's n (default: the most samples any problem finished); a problem
-    with fewer finished samples votes over all it has at any larger k.
-    """
-    n = n if n is not None else max((len(b.answers) for b in bank), default=0)
-    rows = []
-    for k in majority_ks(n):
-        scores = [expected_majority(b, k, verdicts) for b in bank]
-        rows.append(_row(source, f"maj@{k}", k, scores))
-    # Scoring by confidence needs logprobs; without them every score ties and the rows would
-    # report a made-up accuracy, so they are left out (run with logprobs to get them).
-    if n >= 2 and all(t.logprobs for b in bank for t in b.traces):
-        rows.append(
-            _row(
-                source,
-                f"best_of_{n}(mean_logprob)",
-                n,
-                [float(best_of(b, mean_logprob, verdicts)) for b in bank],
-            )
-        )
-        for keep in (0.9, 0.1):
-            scores = [float(deepconf_offline(b, verdicts, keep=keep)) for b in bank]
-            rows.append(_row(source, f"deepconf_offline(keep={keep})", n, scores))
-    if n >= 2 and bank_weighted.has_scores(bank, strategy):
-        for method, k, how in bank_weighted.weighted_methods(n):
-            scores = [bank_weighted.expected_weighted(b, k, how, verdicts) for b in bank]
-            rows.append(_row(source, method, k, scores))
-    return rows
-
-
-def _row(source: str, method: str, k: int, scores: Sequence[float]) -> dict[str, Any]:
-    low, high = bootstrap_ci(scores)
-    return {"source": source, "method": method, "k": k, "accuracy": accuracy_of(scores), "ci_low": low,
-            "ci_high": high, "num_problems": len(scores), "label": OFFLINE}  # fmt: skip
-
-
-def accuracy_of(scores: Sequence[float]) -> float:
-    return sum(scores) / len(scores) if scores else 0.0
-
-
-__all__ = ["OFFLINE", "BankProblem", "bank_from_record", "deepconf_offline", "offline_rows"]
+__all__ = ["OFFLINE", "BankProblem", "bank_from_record", "deepconf_offline"]

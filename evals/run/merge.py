@@ -1,4 +1,4 @@
-"""`paragen merge OUT SHARD...`: one run folder from the shards of a sweep (see :mod:`evals.shards`).
+"""`paragen merge OUT SHARD...`: one run folder from the shards of a sweep (see :mod:`evals.run.shards`).
 
 The shards are checked before anything is written: each holds a shard's run.json whose
 sweep fingerprint still matches its settings, data, configurations, problems and seeds; all
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evals.records import (
+from evals.run.records import (
     RECORDS_FILE,
     RUN_FILE,
     EvalRecord,
@@ -35,7 +35,7 @@ from evals.records import (
     read_run_info,
     write_run_info,
 )
-from evals.shards import shard_units, sweep_fingerprint
+from evals.run.shards import shard_units, sweep_fingerprint
 from paragen.errors import ConfigError
 
 

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evals.records import EvalRecord
-from evals.stats import (
+from evals.analysis.stats import (
     RESAMPLES,
     Pair,
     discordant,
@@ -29,6 +28,7 @@ from evals.stats import (
     paired_bootstrap,
     ratio_of_means,
 )
+from evals.run.records import EvalRecord
 from paragen.errors import ConfigError
 
 FINISHED = frozenset({"correct", "incorrect", "no_answer", "truncated"})

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from evals.stats import RESAMPLES
+from evals.analysis.stats import RESAMPLES
 
 _COLUMNS = (
     ("task", "task", "{}"),
@@ -168,7 +168,7 @@ def _pct(value: float | None) -> str:
 
 
 def sample_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Per-sample metrics (evals.sample_metrics): k samples per problem, pooled over seeds."""
+    """Per-sample metrics (evals.analysis.sample_metrics): k samples per problem, pooled over seeds."""
     body = [
         [r["task"], r["strategy"], str(r["n"]), str(r["problems"]), str(r["k"]),
          _pct(r["pass1"]) + ("" if r["pass1_sem"] is None else f" ± {100 * r['pass1_sem']:.1f}"),

@@ -16,9 +16,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 import anyio
 import anyio.to_thread
@@ -31,11 +29,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from evals.combos import Combo
-from evals.grading import Grade, Grader
-from evals.prompts import PromptRecord, get_template, prompt_setting
-from evals.records import (
-    DataSource,
+from evals.run.combos import Combo
+from evals.run.grading import Grade, Grader
+from evals.run.prompts import PromptRecord, get_template, prompt_setting
+from evals.run.records import (
     EvalRecord,
     GradeRecord,
     Key,
@@ -50,44 +47,13 @@ from evals.records import (
     versions,
     write_run_info,
 )
-from evals.shards import Shard, check_shard_resume, owned_problems, shard_info
-from evals.tasks.base import Task
+from evals.run.shards import check_shard_resume, shard_info
+from evals.run.spec import EvalSpec, owned_problems, seed_samplings
 from paragen.backends.base import Backend
-from paragen.config import Budget, spec_without_credentials
 from paragen.metrics import Metrics
 from paragen.orchestrator import Orchestrator
 from paragen.prompts import PromptTemplate, using_template
 from paragen.types import Problem, SamplingParams, StrategyResult
-
-
-@dataclass
-class EvalSpec:
-    """Everything a sweep needs besides the backend object."""
-
-    task: Task
-    problems: list[Problem]
-    combos: list[Combo]
-    out: Path
-    backend_spec: str
-    data: DataSource  # where ``problems`` came from (recorded in run.json, hashed into the settings)
-    backend_options: dict[str, Any] = field(default_factory=dict)
-    resume: bool = False
-    new_run: bool = False  # with --resume: record other settings as a new run in the same folder
-    max_concurrent: int = 8
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    budget: Budget = field(default_factory=Budget)  # per problem; a deadline records "deadline", never hangs
-    seed: int = 0
-    fail_fast: bool = False  # stop the sweep at the first problem whose run raised (once recorded)
-    seeds: list[int] = field(default_factory=list)  # several sampling seeds: the sweep runs once per seed
-    progress: bool = True
-    grader_workers: int = 2
-    shard: Shard | None = None  # --shard I/N: run only this part of the sweep (evals.shards)
-    prompt: PromptTemplate | None = None  # None: the task's default template
-    preset: dict[str, Any] | None = None  # the published setting run (evals.presets), kept in run.json
-
-    def __post_init__(self) -> None:
-        # The spec is written into run.json and every record: a key in its URL must not be.
-        self.backend_spec = spec_without_credentials(self.backend_spec)
 
 
 class _Tally:
@@ -132,11 +98,6 @@ def spec_template(spec: EvalSpec) -> PromptTemplate:
     return spec.prompt or get_template(spec.task.prompt)
 
 
-def seed_samplings(spec: EvalSpec) -> list[SamplingParams]:
-    """The sampling of each pass of the sweep: one per seed of ``--seeds``, else ``spec.sampling``."""
-    return [spec.sampling.model_copy(update={"seed": s}) for s in spec.seeds] or [spec.sampling]
-
-
 def fresh_run_info(spec: EvalSpec) -> RunInfo:
     info = _whole_run_info(spec)
     if spec.shard is not None:
@@ -168,7 +129,7 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     """Run the sweep, appending a record per finished problem; returns this sweep's records in input order.
 
     Settings are checked against a recorded run before anything is written (see
-    :func:`evals.records.prepare_run`); problems recorded with a result are skipped and
+    :func:`evals.run.records.prepare_run`); problems recorded with a result are skipped and
     problems recorded as backend errors are run again.
     """
     # The orchestrator first: it refuses bad limits before the run folder is touched.
@@ -353,7 +314,7 @@ def sweep_complete(spec: EvalSpec, run_info: RunInfo) -> bool:
     clear the mark of a run whose other problems were cut short)."""
     recorded = {r.key for r in load_records(spec.out).latest()}
     if run_info.shard is not None:  # a shard holds only the units it owns
-        from evals.shards import shard_units
+        from evals.run.shards import shard_units
 
         owned = shard_units(run_info, run_info.shard.indices, run_info.shard.count)
         return all(key in recorded for key in owned)

@@ -1,0 +1,317 @@
+"""`paragen eval`: run a sweep of strategies x n-values over a task, recording every problem as it finishes.
+
+    paragen eval -t arith -s single,majority,ffs -n 1,4,8 --backend engine --limit 30 --out runs/NAME
+
+The flags it shares with `paragen run` are defined once, in paragen.cli_options. The command reads
+its flags into an evals.run.settings.SweepRequest, lets a preset fill the ones not given, and runs
+the EvalSpec that evals.run.settings.build_spec makes of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from evals.cli.merge import run_procs
+from evals.cli.report import show_report
+from paragen import tracing
+from paragen.cli_options import (
+    BackendChoice,
+    BackendOpt,
+    BackendOpts,
+    BaseUrlOpt,
+    DeadlineOpt,
+    MaxTokensOpt,
+    MaxTotalTokensOpt,
+    ModelOpt,
+    OtlpOpt,
+    SeedOpt,
+    StrategyOpts,
+    TemperatureOpt,
+    check_otlp_endpoint,
+    check_out_folder,
+    choose_backend,
+    fail,
+    parse_strategy_options,
+    split_commas,
+    unique,
+)
+from paragen.errors import ConfigError, ParagenError
+from paragen.signals import until_terminated
+
+if TYPE_CHECKING:
+    from evals.run.records import EvalRecord
+    from evals.run.settings import SweepRequest
+    from evals.run.shards import Shard
+    from evals.run.spec import EvalSpec
+
+EXIT_NO_RESULT = 1  # no problem got a result: every record is a backend error
+EXIT_FAILED = 3  # some problem's run raised (a bug): recorded as "failed", the sweep went on
+
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="run folder for records.jsonl, run.json and plots")]
+StrategiesOpt = Annotated[
+    str, typer.Option("-s", "--strategies", "--strategy", help="comma-separated strategy names")
+]
+NsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "-n",
+        "--n",
+        help="comma-separated n values: samples, or hogwild's workers "
+        "(default: 1 sample; hogwild and hogwild_text: their 2 workers)",
+    ),
+]
+LimitOpt = Annotated[int | None, typer.Option(help="at most this many problems (at least 1)")]
+OffsetOpt = Annotated[int, typer.Option(help="skip this many problems first")]
+IdsOpt = Annotated[str, typer.Option(help="comma-separated problem ids")]
+ShuffleOpt = Annotated[
+    int | None, typer.Option("--shuffle", metavar="SEED", help="shuffle the problems with this seed first")
+]
+SeedsOpt = Annotated[
+    str | None,
+    typer.Option(help="comma-separated sampling seeds: the sweep runs once per seed into this run"),
+]
+ResumeOpt = Annotated[bool, typer.Option(help="continue a run folder, skipping what is recorded")]
+MaxConcurrentOpt = Annotated[int, typer.Option(help="problems in flight at once")]
+QuestionFieldOpt = Annotated[str | None, typer.Option(help="user data: field with the question")]
+AnswerFieldOpt = Annotated[str | None, typer.Option(help="user data: field with the gold answer")]
+IdFieldOpt = Annotated[str | None, typer.Option(help="user data: field with the problem id")]
+GradingOpt = Annotated[
+    str | None, typer.Option(help="answer extraction: auto, boxed, answer_is, last_number")
+]
+SplitOpt = Annotated[str, typer.Option(help="user hub data: split")]
+RevisionOpt = Annotated[
+    str | None,
+    typer.Option(help="hub revision (commit, branch or tag) to read the task at, in place of its pin"),
+]
+OfflineOpt = Annotated[bool, typer.Option(help="use bundled copies, never the hub")]
+HubOpt = Annotated[bool, typer.Option(help="use the hub copy or fail (no bundled fallback)")]
+NewRunOpt = Annotated[
+    bool, typer.Option(help="with --resume: record changed settings as a new run in the same folder")
+]
+FailFastOpt = Annotated[
+    bool, typer.Option(help="stop at the first problem whose run raised (it is recorded first)")
+]
+ProgressOpt = Annotated[bool, typer.Option(help="show the progress bar")]
+PlotOpt = Annotated[
+    bool | None,
+    typer.Option(help="write pareto.png beside the records (default: when matplotlib is installed)"),
+]
+TaskOpt = Annotated[
+    str | None,
+    typer.Option("-t", "--task", help="a built-in task (`paragen presets` lists them), a file, or hf:ID"),
+]
+PromptOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="prompt template: a name (paragen, matharena, matharena-aime, deepseek-r1, "
+        "qwen25-math-cot) or a file (default: the task's)"
+    ),
+]
+TopPOpt = Annotated[float | None, typer.Option("--top-p", help="nucleus sampling top-p")]
+PresetOpt = Annotated[
+    str | None,
+    typer.Option(help="a published setting by name (`paragen presets`); flags given override it"),
+]
+ShardOpt = Annotated[
+    str | None,
+    typer.Option(metavar="I/N", help="run only shard I of N of the sweep (merge them: paragen merge)"),
+]
+ProcsOpt = Annotated[
+    int | None,
+    typer.Option(metavar="P", help="run the sweep as P shard processes here, then merge them into --out"),
+]
+
+
+def parse_ns(text: str) -> list[int]:
+    """``--n 1,4,8`` as a list, each positive and given once."""
+    from evals.run.settings import N_HINT, checked_ns
+
+    try:
+        ns = [int(part) for part in split_commas(text)]
+    except ValueError:
+        raise ConfigError(f"bad --n {text!r}", hint=N_HINT) from None
+    return checked_ns(ns, text)
+
+
+def parse_seeds(text: str | None, seed: int | None) -> list[int]:
+    """``--seeds 0,1,2`` as a list (one seed is the same as ``--seed``); not both flags."""
+    from evals.run.settings import SEEDS_HINT, checked_seeds
+
+    if text is None:
+        return []
+    if seed is not None:
+        raise ConfigError("--seed and --seeds contradict each other", hint="give one of them")
+    try:
+        values = [int(part) for part in split_commas(text)]
+    except ValueError:
+        raise ConfigError(f"bad --seeds {text!r}", hint=SEEDS_HINT) from None
+    return checked_seeds(values, text)
+
+
+def eval_command(
+    ctx: typer.Context,
+    out: OutOpt,
+    strategies: StrategiesOpt = "single",
+    ns: NsOpt = None,
+    strategy_opt: StrategyOpts = [],  # noqa: B006
+    backend: BackendOpt = "engine",
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    backend_opt: BackendOpts = [],  # noqa: B006
+    limit: LimitOpt = None,
+    offset: OffsetOpt = 0,
+    ids: IdsOpt = "",
+    shuffle: ShuffleOpt = None,
+    seed: SeedOpt = None,
+    seeds: SeedsOpt = None,
+    resume: ResumeOpt = False,
+    max_concurrent: MaxConcurrentOpt = 8,
+    max_tokens: MaxTokensOpt = 512,
+    temperature: TemperatureOpt = 0.7,
+    deadline: DeadlineOpt = None,
+    max_total_tokens: MaxTotalTokensOpt = None,
+    question_field: QuestionFieldOpt = None,
+    answer_field: AnswerFieldOpt = None,
+    id_field: IdFieldOpt = None,
+    grading: GradingOpt = None,
+    split: SplitOpt = "train",
+    revision: RevisionOpt = None,
+    offline: OfflineOpt = False,
+    hub: HubOpt = False,
+    new_run: NewRunOpt = False,
+    fail_fast: FailFastOpt = False,
+    progress: ProgressOpt = True,
+    plot: PlotOpt = None,
+    otlp_endpoint: OtlpOpt = None,
+    task: TaskOpt = None,
+    prompt: PromptOpt = None,
+    top_p: TopPOpt = None,
+    preset: PresetOpt = None,
+    shard: ShardOpt = None,
+    procs: ProcsOpt = None,
+) -> None:
+    """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
+    from evals.run.settings import SweepRequest, at_least
+    from evals.run.shards import parse_shard
+
+    try:
+        shard_part = None if shard is None else parse_shard(shard)
+        at_least(procs, 1, "--procs")
+        request = SweepRequest(
+            out=out, task=task, strategies=unique(split_commas(strategies), "--strategies"),
+            ns=None if ns is None else parse_ns(ns), seeds=parse_seeds(seeds, seed), seed=seed, limit=limit,
+            offset=offset, ids=split_commas(ids), shuffle=shuffle, prompt=prompt, max_tokens=max_tokens,
+            temperature=temperature, top_p=top_p, deadline=deadline, max_total_tokens=max_total_tokens,
+            question_field=question_field, answer_field=answer_field, id_field=id_field, grading=grading,
+            split=split, revision=revision, offline=offline, hub=hub, resume=resume, new_run=new_run,
+            max_concurrent=max_concurrent, progress=progress, fail_fast=fail_fast, shard=shard_part,
+        )  # fmt: skip
+        request = _with_preset(ctx, request, preset, strategy_opt)
+        chosen = choose_backend(backend, model=model, base_url=base_url, options=backend_opt)
+        records = _run(ctx, request, chosen, otlp_endpoint=otlp_endpoint, plot=plot, procs=procs)
+    except ParagenError as exc:
+        fail(exc)
+    _after_run(out, records, shard_part, plot)
+
+
+def _with_preset(
+    ctx: typer.Context, request: SweepRequest, name: str | None, strategy_opt: list[str]
+) -> SweepRequest:
+    """The request with the preset's values in the flags not given, and the -O options read."""
+    from dataclasses import replace
+
+    from evals.run.presets import load_preset
+    from evals.run.settings import PRESET_FIELDS, with_preset
+
+    if name is not None:
+        given = [p for p in (*PRESET_FIELDS, "seed") if _on_command_line(ctx, p)]
+        request = with_preset(request, load_preset(name), given)
+    # Read against the strategies the sweep runs, which the preset may have named.
+    return replace(request, strategy_options=parse_strategy_options(strategy_opt, request.strategies))
+
+
+def _on_command_line(ctx: typer.Context, param: str) -> bool:
+    source = ctx.get_parameter_source(param)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _run(
+    ctx: typer.Context,
+    request: SweepRequest,
+    backend: BackendChoice,
+    *,
+    otlp_endpoint: str | None,
+    plot: bool | None,
+    procs: int | None,
+) -> list[EvalRecord]:
+    """Check what is left to check, build the spec, and run it here or as ``procs`` shard processes."""
+    from evals.report.plots import require_plotting
+    from evals.run.settings import build_spec
+
+    check_otlp_endpoint(otlp_endpoint)
+    check_out_folder(request.out)
+    if plot:
+        require_plotting()
+    spec = build_spec(request, backend)
+    if spec.data.note:
+        typer.echo(f"data: {spec.data.describe()} ({spec.data.note})", err=True)
+    if procs is None:
+        return run_sweep(spec, backend, otlp_endpoint=otlp_endpoint)
+    return run_procs(ctx, request.out, procs, request.shard, resume=request.resume or request.new_run)
+
+
+def _after_run(out: Path, records: list[EvalRecord], shard: Shard | None, plot: bool | None) -> None:
+    """Say where the records are, show the report (and plot), and set the exit code."""
+    from evals.report.plots import INSTALL_HINT, MISSING, can_plot
+
+    typer.echo(f"{len(records)} records in {out / 'records.jsonl'}")
+    if not records and shard is not None:  # more shards than units: this one has nothing to run
+        typer.echo(f"shard {shard} owns no problem of this sweep; its run.json is kept for the merge")
+        return
+    draw = can_plot() if plot is None else plot
+    if plot is None and not draw:
+        typer.echo(f"no plot: {MISSING} ({INSTALL_HINT})", err=True)
+    show_report(out, fmt="table", do_regrade=False, plot=draw)
+    _end_of_run(records)
+
+
+def _end_of_run(records: list[EvalRecord]) -> None:
+    """Say how many records are not results; exit 3 when a run raised, 1 when no problem got a result."""
+    from evals.run.runner import backend_failures, is_backend_error
+
+    line = backend_failures(records)
+    if line is None:
+        return
+    typer.echo(line, err=True)
+    if any(r.grade.outcome == "failed" for r in records):
+        typer.echo("some problems failed: their records keep the traceback (`failure`)", err=True)
+        raise typer.Exit(EXIT_FAILED)
+    if all(r.grade.outcome == "error" for r in records):
+        hint = "check that the backend is reachable and serves the API"
+        if not any(is_backend_error(r) for r in records):
+            hint = "every run ended in the strategy's own error (first above)"
+        typer.echo(f"no problem got a result: {hint}", err=True)
+        raise typer.Exit(EXIT_NO_RESULT)
+
+
+def run_sweep(
+    spec: EvalSpec, backend: BackendChoice, *, otlp_endpoint: str | None = None
+) -> list[EvalRecord]:
+    """Build the backend and run the sweep of ``spec``; its records in input order."""
+    import anyio
+
+    from evals.run.runner import run_eval
+
+    built = backend.build()
+
+    async def main() -> list[EvalRecord]:
+        try:
+            return await run_eval(spec, built)
+        finally:
+            await built.aclose()
+
+    with tracing.configured(otlp_endpoint):  # flushed before the command returns
+        return anyio.run(until_terminated, main)

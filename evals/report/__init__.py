@@ -1,0 +1,1 @@
+"""How results are shown: the report's tables, its renderings, plots, and the results page."""
