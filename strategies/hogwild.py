@@ -32,7 +32,7 @@ from paragen import BaseStrategy, RunContext, RunSharedSession, SharedRow, Strat
 from paragen.answers import extract_answer, last_boxed
 from paragen.errors import ConfigError
 from paragen.prompts import solve_messages
-from paragen.types import ChatMessage, Problem, StrategyResult, Trace
+from paragen.types import ChatMessage, Problem, StrategyResult, TokenCount, Trace
 from strategies._hogwild_prompts import NAMES, HogwildPrompts, ends_step, finisher_answer
 from strategies._hogwild_reference import REFERENCE_PROMPTS
 
@@ -76,7 +76,7 @@ class HogwildConfig(StrategyConfig):
     max_forward_passes: int | None = Field(
         default=None, gt=0, description="budget in sequential forward passes (None: the run's max_tokens)"
     )
-    finisher_tokens: int = Field(default=16, ge=1, description="greedy tokens the finisher may write")
+    finisher_tokens: TokenCount = Field(default=16, description="greedy tokens the finisher may write")
     stop_at_answer: bool = Field(default=True, description="end once a finished step holds a boxed answer")
     temperature: float | None = Field(default=None, ge=0, description="override the run's temperature")
     prompts: HogwildPrompts = Field(default_factory=HogwildPrompts)

@@ -16,14 +16,14 @@ from typing import Any
 from pydantic import Field
 
 from paragen import BaseStrategy, RunContext
-from paragen.types import Problem, StrategyResult, Trace
+from paragen.types import Problem, StrategyResult, TokenCount, Trace
 from strategies._search_common import Path, VerifierFields, split_steps, weighted_finish
 from strategies._toolkit import annotate, overrides, solve_request
 
 
 class WeightedBoNConfig(VerifierFields):
     n: int = Field(default=16, ge=1, le=4096, description="independent solutions")
-    max_tokens: int | None = Field(default=None, gt=0, description="per solution; None = run default")
+    max_tokens: TokenCount | None = Field(default=None, description="per solution; None = run default")
 
 
 class WeightedBoN(BaseStrategy[WeightedBoNConfig]):
