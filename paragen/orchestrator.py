@@ -57,7 +57,8 @@ class Orchestrator:
         metrics: Metrics | None = None,
     ) -> None:
         if max_concurrent_problems <= 0:
-            raise ValueError("max_concurrent_problems must be positive")
+            raise ConfigError(f"max_concurrent_problems must be positive, got {max_concurrent_problems}")
+        _check_metrics(metrics)
         self.backend = backend
         self.defaults = defaults or SamplingParams()
         self.budget = budget or Budget()
@@ -326,3 +327,18 @@ def as_problem(problem: object) -> Problem:
         f"expected a Problem or a question's text, got {type(problem).__name__}",
         hint="e.g. Orchestrator.run(strategy, 'What is 7 + 5?') or Problem(id='q1', question=...)",
     )
+
+
+def _check_metrics(metrics: object) -> None:
+    """Refuse anything but a Metrics (or None) at construction, not as an AttributeError mid-run.
+
+    paragen.metrics needs prometheus_client, so it is imported only when something was passed."""
+    if metrics is None:
+        return
+    from paragen.metrics import Metrics
+
+    if not isinstance(metrics, Metrics):
+        raise ConfigError(
+            f"metrics must be a paragen.metrics.Metrics or None, got {type(metrics).__name__}",
+            hint="Orchestrator(backend, metrics=paragen.metrics.Metrics())",
+        )

@@ -21,8 +21,9 @@ no answer is extracted from it (a ``\\boxed{}`` written while thinking does not 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
+from paragen.errors import ConfigError
 from paragen.types import GenerateRequest, ThinkingState, Trace
 
 ThinkFormat = Literal["think", "think_open", "gpt_oss", "none"]
@@ -58,9 +59,20 @@ class Split:
     answer_start: int
 
 
+FORMATS: tuple[ThinkFormat, ...] = get_args(ThinkFormat)
+
+
+def delimiters(fmt: ThinkFormat) -> Delimiters | None:
+    """The family's delimiters (None for ``"none"``); a ConfigError naming the formats for any other
+    name (a misspelt format would otherwise read every output as "no thinking")."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown thinking format {fmt!r}", hint=f"one of {', '.join(FORMATS)}")
+    return DELIMITERS.get(fmt)
+
+
 def split_thinking(text: str, fmt: ThinkFormat) -> Split:
     """``text`` (a model's raw output) as thinking and answer, by the family's delimiters."""
-    marks = DELIMITERS.get(fmt)
+    marks = delimiters(fmt)
     if marks is None:
         return Split("", text, "none", 0)
     close, length = _find_close(text, marks, fmt)
@@ -97,7 +109,7 @@ def _strip_end(answer: str, end: str) -> str:
 
 def join_thinking(reasoning: str, answer: str, state: ThinkingState, fmt: ThinkFormat) -> str:
     """The raw text a model of family ``fmt`` wrote for these parts (what a continuation prefills)."""
-    marks = DELIMITERS.get(fmt)
+    marks = delimiters(fmt)
     if marks is None or state == "none":
         return reasoning + answer
     # The opener is written even where the family's template opens the thinking (think_open): a

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 from paragen.errors import ConfigError
 
@@ -82,6 +83,7 @@ def enable(provider: Any = None, *, endpoint: str | None = None) -> Tracer:
     """Turn tracing on: spans to ``provider`` (an OpenTelemetry TracerProvider), or to a new one that
     exports over OTLP/HTTP (to ``endpoint``, else where the OTEL_* variables say)."""
     global active
+    check_endpoints(endpoint)
     try:
         from paragen._otel import OTelTracer
     except ImportError as exc:
@@ -114,6 +116,27 @@ def wanted_by_environment(environ: dict[str, str] | None = None) -> bool:
     if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return False
     return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def check_endpoints(endpoint: str | None, environ: dict[str, str] | None = None) -> None:
+    """A ConfigError where the endpoint spans would go to is no http(s) URL: ``endpoint`` (the
+    ``--otlp-endpoint`` flag) or, without it, the OTEL_* variables the exporter reads."""
+    if endpoint is not None:
+        _check_url(endpoint, "--otlp-endpoint")
+        return
+    env = os.environ if environ is None else environ
+    for name in ENDPOINT_VARIABLES:
+        if env.get(name):
+            _check_url(env[name], name)
+
+
+def _check_url(url: str, where: str) -> None:
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"bad {where} {url!r}: an http(s) URL, e.g. http://localhost:4318")
 
 
 @contextlib.contextmanager

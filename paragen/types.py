@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -34,6 +34,13 @@ def _require_utf8(text: str, what: str) -> None:
 
 
 SEED_MAX = 2**63 - 2**32
+
+MAX_TOKENS = 1_000_000
+"""The most tokens one request may ask for (``SamplingParams.max_tokens``)."""
+
+TokenCount = Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+"""A positive number of tokens a request can ask for: the type of every token-count option, so an
+option too large for any request is refused where it is set, not when the first request is built."""
 
 
 class Model(BaseModel):
@@ -65,7 +72,7 @@ class SamplingParams(Model):
     # NaN and infinity are refused by name (a NaN otherwise fails "ge" with a misleading message).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    max_tokens: int = Field(default=512, gt=0, le=1_000_000)
+    max_tokens: TokenCount = 512
     temperature: float = Field(default=0.7, ge=0.0, le=10.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)

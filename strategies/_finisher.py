@@ -15,7 +15,7 @@ from pydantic import Field
 from paragen import RunContext, StrategyConfig
 from paragen.answers import last_boxed
 from paragen.reasoning import whole_text
-from paragen.types import ChatMessage, Trace
+from paragen.types import ChatMessage, TokenCount, Trace
 from strategies._hogwild_prompts import HogwildPrompts, finisher_answer
 
 FINISHER_TEXT = HogwildPrompts().finisher  # the same words as hogwild's, in either protocol
@@ -27,7 +27,7 @@ class FinisherFields(StrategyConfig):
     finisher: bool = Field(
         default=False, description="a sample cut off without a boxed answer gets a greedy finisher"
     )
-    finisher_tokens: int = Field(default=16, ge=1, description="greedy tokens the finisher may write")
+    finisher_tokens: TokenCount = Field(default=16, description="greedy tokens the finisher may write")
 
 
 def check_finisher(ctx: RunContext, config: FinisherFields) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from paragen import StrategyConfig
+from paragen.types import TokenCount
 from strategies._hogwild_prompts import NAMES, HogwildPrompts
 from strategies._hogwild_reference import REFERENCE_PROMPTS
 from strategies._hogwild_rules import AnswerRule
@@ -62,7 +63,7 @@ class HogwildConfig(StrategyConfig):
     max_forward_passes: int | None = Field(
         default=None, gt=0, description="budget in sequential forward passes (None: the run's max_tokens)"
     )
-    finisher_tokens: int = Field(default=16, ge=1, description="greedy tokens the finisher may write")
+    finisher_tokens: TokenCount = Field(default=16, description="greedy tokens the finisher may write")
     stop_at_answer: bool = Field(default=True, description="end once a finished step holds a boxed answer")
     temperature: float | None = Field(default=None, ge=0, description="override the run's temperature")
     prompts: HogwildPrompts = Field(default_factory=HogwildPrompts)

@@ -17,7 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from paragen import RunContext, StrategyConfig, scoring
 from paragen.answers import answer_key
 from paragen.scoring import LLM_VERIFIER, Aggregate, Weighting, check_scorer_spec, weighted_answer
-from paragen.types import StrategyResult
+from paragen.types import StrategyResult, TokenCount
 
 
 class VerifierFields(StrategyConfig):
@@ -42,8 +42,8 @@ class StepFields(VerifierFields):
     """Fields of the step-by-step searches (beam search, DVTS, particle filtering)."""
 
     max_depth: int = Field(default=40, ge=1, le=1000, description="steps at most (search-and-learn: 40)")
-    step_max_tokens: int = Field(
-        default=512, gt=0, description="tokens one step may take (max_tokens bounds all steps of a solution)"
+    step_max_tokens: TokenCount = Field(
+        default=512, description="tokens one step may take (max_tokens bounds all steps of a solution)"
     )
     finish_at_limit: bool = Field(
         default=True, description="the last depth writes to the end (no delimiter stop), as search-and-learn"

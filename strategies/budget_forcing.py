@@ -26,16 +26,16 @@ from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, extract_answer
 from paragen.prompts import solve_messages
 from paragen.reasoning import ThinkFormat, after_prefill, whole_text
-from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
+from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, TokenCount, Trace
 
 
 class BudgetForcingConfig(StrategyConfig):
     mode: Literal["cap", "extend"] = "cap"
-    think_tokens: int = Field(default=1024, ge=1, description="thinking budget (sum over continuations)")
+    think_tokens: TokenCount = Field(default=1024, description="thinking budget (sum over continuations)")
     waits: int = Field(
         default=2, ge=0, description="extend: how many times 'Wait' replaces the end of thinking"
     )
-    answer_tokens: int = Field(default=64, ge=1, description="budget of the forced answer")
+    answer_tokens: TokenCount = Field(default=64, description="budget of the forced answer")
     think_open: str = Field(default="", description="prefix opening the thinking, e.g. '<think>\\n'")
     end_think: tuple[str, ...] = Field(default=("</think>",), description="delimiters that end thinking")
     think_close: str = Field(default="\n</think>\n", description="written when the answer is forced")

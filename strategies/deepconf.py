@@ -25,7 +25,7 @@ from pydantic import Field
 from paragen import BaseStrategy, LiveSample, Monitor, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, answer_key
 from paragen.errors import ConfigError
-from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
+from paragen.types import GenerateRequest, Problem, StrategyResult, TokenCount, Trace
 from strategies._confidence import (
     ScoreMethod,
     confident_vote,
@@ -82,13 +82,13 @@ def confidence_monitor(threshold: float, window: int) -> Monitor:
 class DeepConfConfig(StrategyConfig):
     n: int = Field(default=512, ge=1, le=4096, description="traces (paper budget: 512)")
     eta: float = Field(default=10, gt=0, le=100, description="percent kept: 10 = DeepConf-low, 90 = -high")
-    window: int = Field(default=2048, ge=1, description="group window in tokens")
+    window: TokenCount = Field(default=2048, description="group window in tokens")
     method: ScoreMethod = "lowest_group"
     top_k: int = Field(
         default=20, ge=0, le=20, description="alternatives per token for confidence (reference: 20)"
     )
     temperature: float | None = Field(default=None, ge=0)
-    max_tokens: int | None = Field(default=None, gt=0)
+    max_tokens: TokenCount | None = None
     extract: ExtractMode = "auto"
 
 

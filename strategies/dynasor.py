@@ -33,7 +33,7 @@ from pydantic import Field, model_validator
 
 from paragen import BaseStrategy, LiveSample, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, answer_key, equivalent
-from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
+from paragen.types import GenerateRequest, Problem, StrategyResult, TokenCount, Trace
 from strategies._toolkit import annotate, overrides, solve_request, vote_finish
 
 PROBE_TEXT = "\n\nLet me stop here and state the answer my reasoning supports so far.\nFinal answer: \\boxed{"
@@ -45,8 +45,8 @@ HESITATION = ("wait", "hold", "but", "okay", "no", "hmm")
 
 class DynasorConfig(StrategyConfig):
     n: int = Field(default=1, ge=1, le=1024, description="samples, each stopping on its own; then a vote")
-    interval: int = Field(default=64, ge=1, description="probe every this many generated tokens")
-    probe_tokens: int = Field(default=20, ge=1, description="tokens a probe may decode (reference: 20)")
+    interval: TokenCount = Field(default=64, description="probe every this many generated tokens")
+    probe_tokens: TokenCount = Field(default=20, description="tokens a probe may decode (reference: 20)")
     agree: int = Field(default=3, ge=1, description="consecutive equal probe answers that stop a sample")
     probe_text: str = Field(default=PROBE_TEXT, description="appended to the sample's text to probe it")
     hesitation: tuple[str, ...] = Field(
@@ -57,9 +57,9 @@ class DynasorConfig(StrategyConfig):
     )
     probe_top_p: float | None = Field(default=0.95, gt=0, le=1, description="None = the sample's own")
     temperature: float | None = Field(default=None, ge=0)
-    max_tokens: int | None = Field(default=None, gt=0, description="per sample; None = run default")
-    thinking_tokens: int | None = Field(
-        default=None, gt=0, description="thinking budget per sample (the server's where it has one)"
+    max_tokens: TokenCount | None = Field(default=None, description="per sample; None = run default")
+    thinking_tokens: TokenCount | None = Field(
+        default=None, description="thinking budget per sample (the server's where it has one)"
     )
     extract: ExtractMode = "auto"
 

@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
 from paragen.errors import ConfigError
-from paragen.types import GenerateRequest, Problem, StrategyResult, Trace
+from paragen.types import GenerateRequest, Problem, StrategyResult, TokenCount, Trace
 from strategies._toolkit import annotate, overrides, prefixed_request, solve_request, vote_finish
 
 # Short openers that nudge samples apart (paragen's own list, after the idea of art_of_tts).
@@ -49,7 +49,7 @@ class FFSConfig(StrategyConfig):
     openers: tuple[str, ...] = Field(default=OPENERS, min_length=1)
     temperature: float | None = Field(default=0.6, ge=0, description="paper: 0.6 (None = run default)")
     top_p: float | None = Field(default=0.95, gt=0, le=1, description="paper: 0.95 (None = run default)")
-    max_tokens: int | None = Field(default=None, gt=0, description="None = run default")
+    max_tokens: TokenCount | None = Field(default=None, description="None = run default")
     extract: ExtractMode = "auto"
 
     @model_validator(mode="after")

@@ -25,7 +25,7 @@ from pydantic import Field
 from paragen import BaseStrategy, LiveSample, RunContext, StrategyConfig
 from paragen.answers import last_boxed
 from paragen.errors import ConfigError
-from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
+from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, TokenCount, Trace
 from strategies._hogwild_prompts import NAMES, STEP_SEPARATOR, HogwildPrompts, ends_step, finisher_answer
 from strategies.hogwild import Layout
 
@@ -33,12 +33,12 @@ from strategies.hogwild import Layout
 class HogwildTextConfig(StrategyConfig):
     workers: int = Field(default=2, ge=1, le=len(NAMES), description="workers writing at once")
     layout: Layout = Field(default="combined", description="how each worker's view is rendered")
-    chunk_tokens: int = Field(default=32, ge=1, description="tokens per worker per round (the lag)")
+    chunk_tokens: TokenCount = Field(default=32, description="tokens per worker per round (the lag)")
     nudge_every: int = Field(default=256, ge=0, description="sequential tokens between nudges (0: never)")
     max_forward_passes: int | None = Field(
         default=None, gt=0, description="budget in sequential tokens (None: the run's max_tokens)"
     )
-    finisher_tokens: int = Field(default=16, ge=1, description="greedy tokens the finisher may write")
+    finisher_tokens: TokenCount = Field(default=16, description="greedy tokens the finisher may write")
     stop_at_answer: bool = Field(default=True, description="end once a finished step holds a boxed answer")
     temperature: float | None = Field(default=None, ge=0, description="override the run's temperature")
     prompts: HogwildPrompts = Field(default_factory=HogwildPrompts)

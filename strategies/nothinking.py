@@ -15,7 +15,7 @@ from pydantic import Field
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
 from paragen.prompts import solve_messages
-from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, Trace
+from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, TokenCount, Trace
 from strategies._toolkit import annotate, overrides, vote_finish
 
 PREFILL = "<think>\nThe thinking is done; time to write the answer.\n</think>\n\n"
@@ -25,7 +25,7 @@ DIRECT = "Answer directly, without working it out step by step. Give the final a
 class NoThinkingConfig(StrategyConfig):
     n: int = Field(default=8, ge=1, le=1024, description="short answers sampled at once")
     prefill: str = Field(default=PREFILL, min_length=1, description="the closed thinking block to prefill")
-    max_tokens: int | None = Field(default=None, gt=0, description="answer budget; None = run default")
+    max_tokens: TokenCount | None = Field(default=None, description="answer budget; None = run default")
     temperature: float | None = Field(default=None, ge=0)
     extract: ExtractMode = "auto"
 

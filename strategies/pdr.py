@@ -24,7 +24,7 @@ from pydantic import Field, field_validator, model_validator
 
 from paragen import BaseStrategy, RunContext, Strategy, StrategyConfig, build_strategy, parallel_samples
 from paragen.answers import ExtractMode, majority_vote
-from paragen.types import Problem, StrategyResult, Trace
+from paragen.types import Problem, StrategyResult, TokenCount, Trace
 from strategies._distill import (
     SELECTORS,
     Draft,
@@ -66,12 +66,12 @@ class PDRConfig(StrategyConfig):
     )
     operator: Operator = Field(default="per_sample_topk", description="distill operator")
     k: int = Field(default=2, ge=1, description="drafts per workspace (top-k / random-k)")
-    kappa: int = Field(default=1024, ge=16, description="workspace bound in tokens")
+    kappa: TokenCount = Field(default=1024, ge=16, description="workspace bound in tokens")
     scorer: str | None = Field(default=None, description="'module:function' draft scorer; None = agreement")
     draft_strategy: str | None = Field(default=None, description="registered strategy producing each draft")
     draft_options: dict[str, Any] = Field(default_factory=dict)
     temperature: float | None = Field(default=None, ge=0)
-    max_tokens: int | None = Field(default=None, gt=0, description="per draft call; None = run default")
+    max_tokens: TokenCount | None = Field(default=None, description="per draft call; None = run default")
     seed: int = 0
     extract: ExtractMode = "auto"
 

@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, equivalent
-from paragen.types import Problem, StrategyResult, Trace
+from paragen.types import Problem, StrategyResult, TokenCount, Trace
 from strategies._toolkit import annotate, overrides, solve_request, vote_finish
 
 AGGREGATE_TEMPLATE = (
@@ -54,7 +54,7 @@ class RSAConfig(StrategyConfig):
     template: str = Field(default=AGGREGATE_TEMPLATE, description="uses {question}, {k}, {candidates}")
     seed: int | None = Field(default=None, description="subset seed; None = the run's sampling seed")
     temperature: float | None = Field(default=None, ge=0)
-    max_tokens: int | None = Field(default=None, gt=0, description="per candidate; None = run default")
+    max_tokens: TokenCount | None = Field(default=None, description="per candidate; None = run default")
     extract: ExtractMode = "auto"
     vote: Literal["math_verify", "key"] = Field(
         default="math_verify",

@@ -17,14 +17,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from paragen import BaseStrategy, RunContext
-from paragen.types import Problem, StrategyResult, Trace
+from paragen.types import Problem, StrategyResult, TokenCount, Trace
 from strategies._search_common import Path, VerifierFields, split_steps, weighted_finish
 from strategies._toolkit import annotate, overrides, solve_request
 
 
 class WeightedBoNConfig(VerifierFields):
     n: int = Field(default=16, ge=1, le=4096, description="independent solutions")
-    max_tokens: int | None = Field(default=None, gt=0, description="per solution; None = run default")
+    max_tokens: TokenCount | None = Field(default=None, description="per solution; None = run default")
     ties: Literal["finish", "sample"] = Field(
         default="finish",
         description="equal weights go to the solution that finished first, as the eval bank orders "

@@ -44,6 +44,9 @@ _KINDS: dict[str, ServerKind] = {
     "llamacpp": "llama_cpp",
     "me": "llama_cpp",
 }
+# Servers of a kind that takes thinking budgets that nevertheless enforce none, by owned_by:
+# llama-cpp-python's (read as llama.cpp) takes no budget field and thinks as long as it likes.
+_NO_BUDGETS = {"me": "llama-cpp-python's server"}
 # Tokenize endpoints by server kind, tried in order (path relative to the root, body builder).
 _TOKENIZE: dict[str, list[str]] = {"vllm": ["/tokenize"], "llama_cpp": ["/extras/tokenize", "/tokenize"]}
 
@@ -161,6 +164,7 @@ class OpenAIBackend:
             models = [m for m in _json(response, url).get("data", []) if isinstance(m, dict)]
         kind = self.config.server if self.config.server != "auto" else _kind(models)
         self.config.check_knobs(kind, replica.url)
+        self._refuse_unenforced_budgets(models, replica.url)
         model = self.config.model or (str(models[0]["id"]) if models and "id" in models[0] else None)
         if model is None:
             raise ConfigError(
@@ -171,6 +175,18 @@ class OpenAIBackend:
             self.config.continuous_usage if self.config.continuous_usage is not None else kind == "vllm"
         )
         return ServerInfo(kind=kind, model=model, native_n=native_n, continuous_usage=continuous)
+
+    def _refuse_unenforced_budgets(self, models: list[dict[str, Any]], url: str) -> None:
+        """Thinking budgets asked of a server that would ignore them: refused, or a strategy would
+        trust the server to end each thought at its budget and none would end."""
+        if not self.config.thinking.enforces_budgets:
+            return
+        ignoring = sorted(_owners(models) & _NO_BUDGETS.keys())
+        if ignoring:
+            raise ConfigError(
+                f"{url} is {_NO_BUDGETS[ignoring[0]]}, which enforces no thinking budget",
+                hint="drop thinking_budgets and thinking_token_budget, or serve it with llama-server",
+            )
 
     async def _fail_without_v1(self, replica: Replica) -> None:
         """A base URL that lacks ``/v1`` is the usual mistake: say so when ``URL/v1`` answers."""
@@ -282,8 +298,12 @@ class OpenAIBackend:
         return self._client
 
 
+def _owners(models: list[dict[str, Any]]) -> set[str]:
+    return {str(m.get("owned_by", "")).lower() for m in models}
+
+
 def _kind(models: list[dict[str, Any]]) -> ServerKind:
-    owners = {str(m.get("owned_by", "")).lower() for m in models}
+    owners = _owners(models)
     for owner, kind in _KINDS.items():
         if owner in owners:
             return kind

@@ -47,9 +47,20 @@ def map_http_errors(url: str) -> Iterator[None]:
         raise ConfigError(f"{url}: unsupported URL", hint="use an http:// or https:// base URL") from exc
     except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
         # RemoteProtocolError here is a connection cut mid-message (peer closed without finishing).
-        raise BackendConnectionError(f"{url}: connection failed: {exc or type(exc).__name__}") from exc
+        raise BackendConnectionError(f"{url}: connection failed: {describe_cause(exc)}") from exc
     except httpx.HTTPError as exc:
-        raise BackendProtocolError(f"{url}: HTTP failure: {exc or type(exc).__name__}") from exc
+        raise BackendProtocolError(f"{url}: HTTP failure: {describe_cause(exc)}") from exc
+
+
+def describe_cause(exc: BaseException) -> str:
+    """What went wrong, never blank: httpx raises a reset mid-stream as a ReadError without a message,
+    so the exception's type stands in, with the error underneath (httpcore's, the socket's) where any."""
+    text, named = str(exc), type(exc).__name__
+    inner = exc.__cause__ or exc.__context__
+    if text or inner is None:
+        return text or named
+    below = describe_cause(inner)
+    return below if below.startswith(named) else f"{named} ({below})"
 
 
 async def raise_for_status(response: httpx.Response) -> None:

@@ -4,8 +4,9 @@ Shipped and registered like any other backend ("scripted"), for timing-controlle
 tests, fault injection and model-free demos. Each choice follows a :class:`Script`:
 its text is cut into word tokens emitted with fixed delays, and it may fail in a
 chosen way (an HTTP status before the first token, a reset or a malformed chunk
-after some tokens, a timeout). Every stream is logged in ``streams`` with when it
-was opened and closed, so tests can measure cancel-to-release latency. Every token is a
+after some tokens, a timeout). The latest streams (``keep_streams`` of them) are logged in
+``streams`` with when each was opened and closed, so tests can measure cancel-to-release latency;
+``num_streams`` counts them all (a long-lived server on this backend keeps a bounded log). Every token is a
 checkpoint unless the backend is built with ``coalesce=True`` (benchmarks: tokens already due
 arrive together, as one read of an HTTP stream); with ``precise=True`` they arrive when due, not
 when the event loop's timer next fires (see :func:`paragen._timing.sleep_until`). A table of
@@ -16,7 +17,6 @@ scripts is handed out in call order, or with ``order="fanout"`` by each fan-out'
 from __future__ import annotations
 
 import heapq
-import json
 import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from paragen._timing import sleep_until
 from paragen.backends.base import Capabilities, CompletionStream, estimate_tokens
@@ -36,6 +36,7 @@ from paragen.errors import (
     BackendProtocolError,
     BackendTimeoutError,
     ConfigError,
+    describe_invalid,
 )
 from paragen.types import Delta, FinishReason, GenerateRequest, Model, Usage
 
@@ -93,7 +94,10 @@ class ScriptedBackend:
         coalesce: bool = False,
         precise: bool = False,
         order: Literal["call", "fanout"] = "call",
+        keep_streams: int = 1024,
     ) -> None:
+        if keep_streams < 0:
+            raise ConfigError(f"keep_streams must be 0 or more, got {keep_streams}")
         self._responder = _as_responder(responder, order)
         # With ``coalesce``, tokens already due are handed over without a trip through the event
         # loop each, as an HTTP stream hands over every token that arrived in one read; without it
@@ -103,8 +107,10 @@ class ScriptedBackend:
         self._capabilities = capabilities or Capabilities(
             logprobs=True, continue_final=True, tokenizer=True, tools=True
         )
-        self.streams: list[StreamRecord] = []
+        self.streams: list[StreamRecord] = []  # the latest keep_streams, oldest first
+        self.num_streams = 0
         self.calls = 0
+        self._keep_streams = keep_streams
 
     @classmethod
     def from_spec(cls, target: str | None = None, **options: Any) -> ScriptedBackend:
@@ -118,8 +124,7 @@ class ScriptedBackend:
             raise ConfigError(
                 f"scripted backend: no script file at {target!r}", hint="give a JSONL of scripts"
             )
-        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        return cls([Script.model_validate(json.loads(ln)) for ln in lines])
+        return cls(read_scripts(path))
 
     @property
     def capabilities(self) -> Capabilities:
@@ -137,13 +142,19 @@ class ScriptedBackend:
             raise ConfigError("the scripted backend was built without native n > 1")
         scripts = [self._script(request, i) for i in range(request.n)]
         record = StreamRecord(request=request, opened=_clock())
-        self.streams.append(record)
+        self._log(record)
         stream = _ScriptedStream(request, scripts, record, coalesce=self._coalesce, precise=self._precise)
         try:
             yield stream
         finally:
             await stream.aclose()
             record.closed = _clock()
+
+    def _log(self, record: StreamRecord) -> None:
+        self.num_streams += 1
+        self.streams.append(record)
+        if len(self.streams) > self._keep_streams:
+            del self.streams[0]
 
     def _script(self, request: GenerateRequest, index: int) -> Script:
         self.calls += 1
@@ -276,6 +287,26 @@ class _ScriptedStream:
             raise BackendProtocolError("scripted malformed chunk")
         if script.fail == "timeout":
             raise BackendTimeoutError("scripted read timeout")
+
+
+def read_scripts(path: Path) -> list[Script]:
+    """The scripts of a JSONL file, one per non-blank line; a ConfigError naming the first bad line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"scripted backend: cannot read {path}: {exc}") from exc
+    scripts = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            scripts.append(Script.model_validate_json(line))
+        except ValidationError as exc:
+            raise ConfigError(
+                f"scripted backend: {path} line {number}: {describe_invalid(exc, every=True)}",
+                hint='one JSON object a line, e.g. {"text": "The answer is 4.", "token_delay": 0.01}',
+            ) from exc
+    return scripts
 
 
 def _clock() -> float:

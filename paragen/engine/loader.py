@@ -121,12 +121,21 @@ def _save_checkpoint(model: Any, out: Path) -> None:
 
 
 def load_hf_config(model_dir: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((model_dir / "config.json").read_text())
+    """The checkpoint's config.json as a dict; a ConfigError where it is not a readable JSON object."""
+    path = model_dir / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not JSON ({exc})", hint="an HF checkpoint's config.json") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not a JSON object", hint="an HF checkpoint's config.json")
     return data
 
 
 def load_config(model_dir: Path) -> ModelConfig:
-    return ModelConfig.from_hf(load_hf_config(model_dir))
+    return ModelConfig.from_hf(load_hf_config(model_dir), source=str(model_dir / "config.json"))
 
 
 def load_tensors(model_dir: Path) -> dict[str, torch.Tensor]:

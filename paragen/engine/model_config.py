@@ -32,6 +32,7 @@ REWARD_ARCHS = {
     "LlamaForTokenClassification": "llama",
 }
 HEAD_PREFIX = "score."
+_CHECKPOINT_HINT = "give a complete HF checkpoint (its config.json as transformers saves it)"
 
 
 @dataclass(slots=True, frozen=True)
@@ -57,8 +58,24 @@ class ModelConfig:
     experts: ExpertsConfig | None = None  # Qwen3-MoE's routing (moe.py)
 
     @classmethod
-    def from_hf(cls, hf: dict[str, Any], families: Mapping[str, str] = SUPPORTED_ARCHS) -> ModelConfig:
-        """``families`` maps the architectures accepted to their body (REWARD_ARCHS for a scorer)."""
+    def from_hf(
+        cls, hf: dict[str, Any], families: Mapping[str, str] = SUPPORTED_ARCHS, *, source: str = "config.json"
+    ) -> ModelConfig:
+        """``families`` maps the architectures accepted to their body (REWARD_ARCHS for a scorer);
+        a config that lacks a field the forward needs, or holds one of the wrong type, is a ConfigError
+        naming ``source``."""
+        try:
+            return cls._read(hf, families)
+        except ConfigError:
+            raise
+        except KeyError as exc:
+            raise ConfigError(f"{source} has no {exc.args[0]!r}", hint=_CHECKPOINT_HINT) from exc
+        except (TypeError, ValueError, ArithmeticError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            raise ConfigError(f"{source} holds an unusable value ({problem})", hint=_CHECKPOINT_HINT) from exc
+
+    @classmethod
+    def _read(cls, hf: dict[str, Any], families: Mapping[str, str]) -> ModelConfig:
         name = architecture(hf)
         if name not in families:
             raise ConfigError(f"unsupported architecture {name!r}", hint=f"use one of {sorted(families)}")

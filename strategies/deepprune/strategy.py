@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 from paragen import BaseStrategy, Fanout, LiveSample, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
 from paragen.reasoning import whole_text
-from paragen.types import Problem, StrategyResult, Trace
+from paragen.types import Problem, StrategyResult, TokenCount, Trace
 from strategies._toolkit import annotate, overrides, solve_request, vote_finish
 from strategies.deepprune.clustering import (
     REASONING_MARKERS,
@@ -54,7 +54,7 @@ class DeepPruneConfig(StrategyConfig):
     k2: int = Field(default=20, ge=1, description="traces of the largest cluster that finish")
     k3: int = Field(default=20, ge=1, description="random traces that finish when all are singletons")
     temperature: float | None = Field(default=None, ge=0)
-    max_tokens: int | None = Field(default=None, gt=0)
+    max_tokens: TokenCount | None = None
     seed: int = 0
     extract: ExtractMode = "auto"
 

@@ -14,7 +14,7 @@ import anyio
 from pydantic import Field
 
 from paragen import RunContext
-from paragen.types import ChatMessage, Problem, StrategyResult, Trace
+from paragen.types import ChatMessage, Problem, StrategyResult, TokenCount, Trace
 from strategies.llmcompiler.base import ToolConfig, ToolStrategy
 from strategies.llmcompiler.plan import parse_arguments
 from strategies.llmcompiler.prompts import REACT_SYSTEM, clean_answer
@@ -27,7 +27,7 @@ _STOP = "Observation:"
 class ReActConfig(ToolConfig):
     max_steps: int = Field(default=8, ge=1, le=50)
     temperature: float = Field(default=0.0, ge=0)
-    max_step_tokens: int = Field(default=256, gt=0)
+    max_step_tokens: TokenCount = 256
 
 
 class ReAct(ToolStrategy[ReActConfig]):

@@ -20,7 +20,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import Field
 
 from paragen import LiveSample, RunContext
-from paragen.types import Problem, StrategyResult, Trace
+from paragen.types import Problem, StrategyResult, TokenCount, Trace
 from strategies.llmcompiler import prompts
 from strategies.llmcompiler.base import ToolConfig, ToolStrategy
 from strategies.llmcompiler.plan import END_OF_PLAN, ArgumentStyle, PlanError, PlanParser, Task
@@ -52,8 +52,8 @@ class LLMCompilerConfig(ToolConfig):
         "closes the first '(' (answers that are expressions, e.g. Game of 24)",
     )
     planner_temperature: float = Field(default=0.0, ge=0)
-    max_plan_tokens: int = Field(default=512, gt=0)
-    max_join_tokens: int = Field(default=256, gt=0)
+    max_plan_tokens: TokenCount = 512
+    max_join_tokens: TokenCount = 256
 
 
 @dataclass

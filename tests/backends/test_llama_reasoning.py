@@ -19,6 +19,7 @@ from real_servers import Server, start_llama
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.backends.base import generate
 from paragen.backends.openai import OpenAIBackend
+from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
 from paragen.types import GenerateRequest, Problem, SamplingParams, StrategyResult
 
@@ -75,3 +76,15 @@ async def test_output_after_a_closed_think_is_all_answer(llama: Server) -> None:
     assert raw.strip() and "<think>" not in raw
     assert (trace.thinking, trace.reasoning, trace.text) == ("none", "", raw)
     assert trace.reasoning_tokens == 0 and trace.answer_tokens == trace.completion_tokens > 0
+
+
+async def test_thinking_budgets_are_refused_as_the_server_enforces_none(llama: Server) -> None:
+    """The server has no budget field (its /v1/models says owned_by "me"): asked for budgets, the
+    backend refuses when it opens, before any request, instead of trusting an unbounded thought."""
+    backend = OpenAIBackend.from_spec(llama.url, api_key_env=None, thinking_budgets=True)
+    with pytest.raises(ConfigError, match="llama-cpp-python's server, which enforces no thinking budget"):
+        await backend.open()
+    await backend.aclose()
+    plain = OpenAIBackend.from_spec(llama.url, api_key_env=None)
+    assert not (await plain.open()).thinking_budget  # without budgets it opens, and takes none
+    await plain.aclose()

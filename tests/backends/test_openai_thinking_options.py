@@ -55,3 +55,26 @@ async def test_a_flat_budget_reaches_the_servers_field(server: FakeServer) -> No
     assert (await backend.open()).thinking_budget  # the fake says vLLM, which takes budgets
     await generate(backend, GenerateRequest(prompt="x"))
     assert server.bodies[0]["thinking_token_budget"] == 5
+
+
+@pytest.mark.parametrize("option", [{"thinking_budgets": True}, {"thinking_token_budget": 5}])
+async def test_budgets_asked_of_llama_cpp_python_are_refused(
+    server: FakeServer, option: dict[str, object]
+) -> None:
+    """llama-cpp-python's server (owned_by "me", read as llama.cpp) takes no thinking budget: asked
+    for one, the probe refuses in one line instead of leaving every thought unbounded."""
+    server.owned_by = "me"
+    backend = OpenAIBackend.from_spec(URL, transport=server.transport, api_key_env=None, **option)
+    with pytest.raises(ConfigError, match="llama-cpp-python's server, which enforces no thinking budget"):
+        await backend.open()
+    assert not server.generation_requests()
+    await backend.aclose()
+
+
+async def test_llama_server_keeps_its_budgets(server: FakeServer) -> None:
+    server.owned_by = "llamacpp"  # the C++ llama-server, which enforces them
+    backend = OpenAIBackend.from_spec(
+        URL, transport=server.transport, api_key_env=None, thinking_budgets=True
+    )
+    assert (await backend.open()).thinking_budget
+    await backend.aclose()

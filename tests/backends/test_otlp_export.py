@@ -12,7 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from otlp_receiver import Receiver
+
+from paragen import _tracing as tracing
+from paragen.errors import ConfigError
 
 
 def paragen_run(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -67,3 +71,20 @@ def test_a_bad_endpoint_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "bad --otlp-endpoint 'localhost'" in done.stderr
     assert len(done.stderr.strip().splitlines()) <= 2
+
+
+@pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"])
+def test_a_bad_endpoint_variable_is_refused_as_the_flag_is(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """The variable the exporter would read is checked where tracing is turned on (here the Python
+    API; the command line's case is in tests/core/test_bad_inputs.py), not left to fail in the
+    exporter's thread after the run."""
+    monkeypatch.setenv(variable, "not a url")
+    with pytest.raises(ConfigError, match=f"bad {variable} 'not a url'"):
+        tracing.configure()
+    assert tracing.active is None
+    with pytest.raises(ConfigError, match="bad --otlp-endpoint"):
+        tracing.enable(endpoint="localhost:4318")  # the flag's value, checked the same way
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert tracing.configure() is None  # tracing off: the variable is not read, nor checked

@@ -33,6 +33,7 @@ from paragen import (
 from paragen.backends.scripted import ScriptedBackend
 from paragen.config import parse_backend_spec
 from paragen.errors import PluginNotFoundError
+from paragen.reasoning import split_thinking
 from strategies.majority import Majority
 
 # The first case waits for the module's shared run of every CLI case (subprocesses, 4 at a time).
@@ -42,6 +43,7 @@ Q = "What is 7 + 5?"
 SCRIPTED = ["-b", "scripted"]
 EVAL = ["eval", "-t", "arith", "-b", "scripted", "--limit", "3", "--no-progress", "--no-plot"]
 OUT = ["--out", "{tmp}/run"]
+TOO_MANY = "Input should be less than or equal to 1000000"
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Case:
     expected: str  # a piece of the one stderr line
     setup: Callable[[Path], None] | None = None
     marks: list[pytest.MarkDecorator] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def _file(name: str, text: str = "x\n") -> Callable[[Path], None]:
@@ -124,6 +127,36 @@ RUN_CASES = [
     Case("base url on engine", ["run", Q, "-b", "engine", "--base-url", "http://x"], "--base-url is for"),
     Case("missing script file", ["run", Q, "-b", "scripted:/nonexistent.jsonl"], "no script file"),
     Case("scripted options", ["run", Q, *SCRIPTED, "--backend-opt", "x=1"], "takes no options"),
+    Case(
+        "script file with a bad line",
+        ["run", Q, "-b", "scripted:{tmp}/s.jsonl"],
+        "s.jsonl line 2: text: Field required; token_delay: Input should be greater than or equal to 0",
+        setup=_file("s.jsonl", '{"text": "4"}\n{"txt": "hello", "token_delay": -1}\n'),
+    ),
+    Case(
+        "script file not JSON", ["run", Q, "-b", "scripted:{tmp}/s.jsonl"], "line 1", setup=_file("s.jsonl")
+    ),
+    Case(
+        "ffs max_tokens above a request's cap",
+        ["run", Q, "-s", "ffs", "-O", "max_tokens=2000000", *SCRIPTED],
+        TOO_MANY,
+    ),
+    Case(
+        "nothinking max_tokens above the cap",
+        ["run", Q, "-s", "nothinking", "-O", "max_tokens=2000000", *SCRIPTED],
+        TOO_MANY,
+    ),
+    Case(
+        "budget_forcing think_tokens above the cap",
+        ["run", Q, "-s", "budget_forcing", "-O", "think_tokens=1000000000000", *SCRIPTED],
+        "think_tokens: " + TOO_MANY,
+    ),
+    Case(
+        "OTLP endpoint variable not a URL",
+        ["run", Q, *SCRIPTED],
+        "bad OTEL_EXPORTER_OTLP_ENDPOINT 'not a url'",
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "not a url"},
+    ),
     Case("backend option without =", ["run", Q, *SCRIPTED, "--backend-opt", "x"], "bad --backend-opt"),
     Case(
         "two API keys",
@@ -238,7 +271,7 @@ REPORT_CASES = [
 ]
 
 CLI_CASES = [
-    Case(f"{c.argv[0]} {c.name}", c.argv, c.expected, c.setup, c.marks)
+    Case(f"{c.argv[0]} {c.name}", c.argv, c.expected, c.setup, c.marks, c.env)
     for c in RUN_CASES + EVAL_CASES + REPORT_CASES
 ]
 
@@ -288,7 +321,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory, server: EchoServer) -> di
             case.setup(work)
         before = snapshot(work)
         argv = [a.replace("{tmp}", str(work)).replace("{server}", server.root) for a in case.argv]
-        done = paragen(argv, cwd=work)
+        done = paragen(argv, cwd=work, **case.env)
         return Outcome(done, before, snapshot(work))
 
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -400,6 +433,24 @@ API_CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ),
     ("empty backend spec", lambda: parse_backend_spec(""), ConfigError, "empty backend spec"),
     ("scripted empty table", lambda: ScriptedBackend([]), ConfigError, "at least one script"),
+    (
+        "strategy token count above a request's cap",
+        lambda: build_strategy("budget_forcing", {"think_tokens": 10**12}),
+        ConfigError,
+        "think_tokens: " + TOO_MANY,
+    ),
+    (
+        "metrics not a Metrics",
+        lambda: Orchestrator(ScriptedBackend(), metrics="prometheus"),  # type: ignore[arg-type]
+        ConfigError,
+        "metrics must be a paragen.metrics.Metrics or None, got str",
+    ),
+    (
+        "unknown thinking format",
+        lambda: split_thinking("<think>a</think>b", "deepseek"),  # type: ignore[arg-type]
+        ConfigError,
+        "unknown thinking format 'deepseek' (one of think, think_open, gpt_oss, none)",
+    ),
 ]
 
 

@@ -274,3 +274,15 @@ def test_a_think_output_that_closes_an_unopened_thought_streams_as_answer() -> N
     stream = StreamSplit("think")
     assert stream.feed("hm</think>42", last=True) == ("", "hm</think>42")
     assert split_thinking("hm</think>42", "think").reasoning == "hm"
+
+
+def test_an_unknown_format_is_a_config_error_naming_the_known_ones() -> None:
+    """A misspelt family (DeepSeek-R1's is "think_open") must not read every output as no thinking."""
+    for call in (
+        lambda: split_thinking("<think>a</think>b", "deepseek"),  # type: ignore[arg-type]
+        lambda: join_thinking("a", "b", "closed", "deepseek"),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(ConfigError, match="unknown thinking format 'deepseek'") as info:
+            call()
+        assert "think, think_open, gpt_oss, none" in str(info.value)
+    assert split_thinking("<think>a</think>b", "none").answer == "<think>a</think>b"  # "none" is known
