@@ -61,7 +61,7 @@ class Handlers:
         self._authorize(request)
         body = await self._read_json(request)
         try:
-            parsed = ResponsesRequest.model_validate(body)
+            parsed = ResponsesRequest.model_validate(body, strict=True)
             chat = parsed.chat()
         except ValidationError as exc:
             raise from_validation(exc) from None
@@ -94,7 +94,7 @@ class Handlers:
         self._authorize(request)
         body = await self._read_json(request)
         try:
-            parsed = kind.model_validate(body)
+            parsed = kind.model_validate(body, strict=True)
         except ValidationError as exc:
             raise from_validation(exc) from None
         plan = self.service.router.plan(parsed)
@@ -133,8 +133,12 @@ class Handlers:
             body = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise bad_request(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+        except RecursionError:
+            raise _too_deep() from None
         if not isinstance(body, dict):
             raise bad_request("the body must be a JSON object", code="invalid_json")
+        if _depth_exceeds(body, MAX_DEPTH):
+            raise _too_deep()
         return body
 
     def _model(self, name: str) -> dict[str, Any]:
@@ -143,6 +147,31 @@ class Handlers:
 
 def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+
+
+# No request of any API nests deeper than a few levels; a bound keeps every later walk of the body
+# (validation, a strategy's config, logging) clear of Python's recursion limit.
+MAX_DEPTH = 64
+
+
+def _depth_exceeds(value: object, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``limit`` deep (walked without recursion)."""
+    level: list[object] = [value]
+    for _ in range(limit):
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, dict | list)
+        ]
+        if not level:
+            return False
+    return True
+
+
+def _too_deep() -> APIError:
+    return bad_request(f"the body nests deeper than {MAX_DEPTH} levels", code="invalid_json")
 
 
 def _too_large(limit: int) -> APIError:

@@ -36,7 +36,7 @@ def serve_command(
     max_runs: Annotated[
         int, typer.Option(help="runs in flight at once, over all clients (429 past it)")
     ] = 256,
-    max_samples: Annotated[int, typer.Option(help="samples one request may ask for (429 past it)")] = 64,
+    max_samples: Annotated[int, typer.Option(help="samples one request may ask for (400 past it)")] = 64,
     max_prompt_tokens: Annotated[int, typer.Option(help="longest prompt accepted, in tokens")] = 16384,
     temperature: Annotated[float, typer.Option(help="default sampling temperature")] = 0.7,
     max_tokens: Annotated[int, typer.Option(help="default max tokens per sample")] = 512,

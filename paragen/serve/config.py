@@ -13,8 +13,9 @@ class ServeConfig(Model):
     """What the server allows and assumes; the CLI flags of ``paragen serve`` fill it in.
 
     ``max_runs`` bounds the runs in flight across all clients and ``max_samples_per_request``
-    the samples one request may ask for (strategy n times the OpenAI ``n`` choices); past
-    either the server answers 429 with ``Retry-After: retry_after_s``. ``defaults`` are the
+    the samples one request may ask for (strategy n times the OpenAI ``n`` choices); past the first
+    the server answers 429 with ``Retry-After: retry_after_s``, past the second 400 (it can never
+    be served). ``defaults`` are the
     sampling parameters a request does not set. ``model_names`` are the names the backend's
     model is served under (the first is listed first in /v1/models). ``tool_vote`` is the rule
     a majority vote over tool calls uses when a request does not name one (strategies/tool_vote.py).
@@ -33,6 +34,15 @@ class ServeConfig(Model):
     budget: Budget = Field(default_factory=Budget)
     tool_vote: ToolVoteRule = "hierarchical"  # majority over tool calls
     scorers: tuple[str, ...] = ()
+
+    @field_validator("model_names")
+    @classmethod
+    def _nameable(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        # A name a request cannot write would be listed in /v1/models and never served.
+        for name in names:
+            if not name.strip() or name != name.strip():
+                raise ValueError(f"{name!r} is not a model name a request can use (empty or blank at an end)")
+        return names
 
     @field_validator("scorers")
     @classmethod

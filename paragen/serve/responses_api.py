@@ -54,6 +54,23 @@ class InputMessage(Model):
         return Message(role=self.role, content=content)
 
 
+class TextFormat(Model):
+    """``text.format``: OpenAI's output format; only plain text is produced here."""
+
+    type: str
+    name: str | None = None  # json_schema's fields, accepted so the refusal names the type
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+    description: str | None = None
+
+
+class TextOptions(Model):
+    """The ``text`` field of a Responses request."""
+
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
 class ResponsesRequest(Model):
     """POST /v1/responses (text or message input; no tools, nothing stored)."""
 
@@ -69,7 +86,7 @@ class ResponsesRequest(Model):
     metadata: dict[str, str] | None = None
     store: bool | None = None  # nothing is stored either way
     user: str | None = None
-    text: dict[str, Any] | None = None
+    text: TextOptions | None = None
     truncation: Literal["disabled"] | None = None
     parallel_tool_calls: bool | None = None
     tools: list[dict[str, Any]] | None = None
@@ -84,8 +101,8 @@ class ResponsesRequest(Model):
             raise ValueError("previous_response_id: paragen serve stores no responses; send the whole input")
         if self.tools or self.tool_choice not in (None, "none", "auto"):
             raise ValueError("tools are not supported on /v1/responses; use /v1/chat/completions")
-        format_type = ((self.text or {}).get("format") or {}).get("type", "text")
-        if format_type != "text":
+        text_format = self.text.format if self.text is not None else None
+        if text_format is not None and text_format.type != "text":
             raise ValueError("only text output (text.format.type 'text') is supported")
         return self
 

@@ -72,16 +72,20 @@ class Service:
 
     @contextmanager
     def admit(self, plan: Plan) -> Iterator[None]:
-        """Count the plan's runs as running for the block; 429 past the server's limits."""
+        """Count the plan's runs as running for the block: 400 past what one request may ask for,
+        429 while the server runs as many as it allows."""
         config, stats = self.config, self.stats
         asked = plan.samples * plan.choices
         if asked > config.max_samples_per_request:
             stats.rejected_total += 1
             self.metrics.rejected("max_samples")
-            raise rate_limited(
+            # It can never be served, so not a 429 (a client would retry it): a 400.
+            raise APIError(
+                400,
                 f"the request asks for {asked} samples; this server allows at most "
                 f"{config.max_samples_per_request} per request (lower n)",
-                config.retry_after_s,
+                param="n",
+                code="too_many_samples",
             )
         if stats.runs_running + plan.choices > config.max_runs:
             stats.rejected_total += 1

@@ -53,8 +53,8 @@ CASES: list[tuple[str, str, Any, int, str]] = [
     ("n negative in field", CHAT, chat(paragen={"strategy": "majority", "n": -1}), 400, "paragen.n"),
     ("n text in field", CHAT, chat(paragen={"strategy": "majority", "n": "abc"}), 400, "valid integer"),
     ("n on a single sample", CHAT, chat(model="single-4/scripted"), 400, "strategy 'single': n"),
-    ("n past the server's limit", CHAT, chat(model="majority-65/scripted"), 429, "at most 64 per request"),
-    ("choices times n past it", CHAT, chat(model="majority-40/scripted", n=2), 429, "asks for 80 samples"),
+    ("n past the server's limit", CHAT, chat(model="majority-65/scripted"), 400, "at most 64 per request"),
+    ("choices times n past it", CHAT, chat(model="majority-40/scripted", n=2), 400, "asks for 80 samples"),
     (
         "unknown config field",
         CHAT,

@@ -42,12 +42,12 @@ def test_the_sample_limit_counts_what_runs_at_once(serve: Serve, scripted: Scrip
     with serve(scripted, max_samples_per_request=14) as url:
         body = {"model": "pdr/scripted", "messages": Q, "paragen": {"config": config}}
         response = httpx.post(url + "/chat/completions", json=body)
-    assert response.status_code == 429, response.text
+    assert response.status_code == 400, response.text
     assert "asks for 15 samples" in response.json()["error"]["message"]
     with serve(scripted, max_samples_per_request=2) as url:
         body = {"model": "hogwild_text-3/scripted", "messages": Q}
         workers = httpx.post(url + "/chat/completions", json=body)
-    assert workers.status_code == 429 and "asks for 3 samples" in workers.json()["error"]["message"]
+    assert workers.status_code == 400 and "asks for 3 samples" in workers.json()["error"]["message"]
     assert scripted.calls == 0
 
 
