@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, Union, get_
 import typer
 from pydantic import SecretStr
 
-from paragen import _tracing
+from paragen import tracing
 from paragen.config import parse_backend_spec
 from paragen.errors import ConfigError, ParagenError, invalid_fields
 
@@ -88,8 +88,8 @@ def split_commas(text: str) -> list[str]:
 
 def check_otlp_endpoint(endpoint: str | None) -> None:
     """The flag's endpoint, or the OTEL_* one where tracing is turned on by the environment."""
-    if endpoint is not None or _tracing.wanted_by_environment():
-        _tracing.check_endpoints(endpoint)
+    if endpoint is not None or tracing.wanted_by_environment():
+        tracing.check_endpoints(endpoint)
 
 
 def validated(model: Any, flags: Mapping[str, str] | None = None, /, **values: Any) -> Any:

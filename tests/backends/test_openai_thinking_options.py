@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from openai_fakes import FakeServer
 
-from paragen._cli_options import parse_pairs, typed_options
 from paragen.backends.base import generate
 from paragen.backends.openai import OpenAIBackend
 from paragen.backends.openai_config import OpenAIConfig, ThinkingOptions
+from paragen.cli_options import parse_pairs, typed_options
 from paragen.errors import ConfigError
 from paragen.types import GenerateRequest
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from otlp_receiver import Receiver
 
-from paragen import _tracing as tracing
+from paragen import tracing
 from paragen.errors import ConfigError
 
 

@@ -94,7 +94,12 @@ def _mutate(body: dict[str, Any], rng: random.Random) -> dict[str, Any] | bytes:
     while isinstance(target[key], dict) and target[key] and rng.random() < 0.5:
         target = target[key]
         key = rng.choice(list(target))
-    if isinstance(target[key], list) and target[key] and isinstance(target[key][0], dict) and rng.random() < 0.5:
+    if (
+        isinstance(target[key], list)
+        and target[key]
+        and isinstance(target[key][0], dict)
+        and rng.random() < 0.5
+    ):
         item = target[key][0]
         item[rng.choice(list(item))] = rng.choice(ODD_VALUES)
     else:
@@ -166,6 +171,9 @@ def test_responses_text_field_of_any_shape_is_a_400(url: str, text: Any) -> None
 
 @pytest.mark.parametrize("path", list(POSTS))
 def test_a_body_nested_too_deep_is_a_400(url: str, path: str) -> None:
-    for content in (b"[" * 100_000 + b"]" * 100_000, json.dumps({**POSTS[path], "user": _deep(200)}).encode()):
+    for content in (
+        b"[" * 100_000 + b"]" * 100_000,
+        json.dumps({**POSTS[path], "user": _deep(200)}).encode(),
+    ):
         response = httpx.post(url + path, content=content, timeout=30)
         assert response.status_code == 400 and "nests deeper" in response.json()["error"]["message"]
