@@ -16,12 +16,13 @@ because cancellations and early stops change what gets generated.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from evals.analysis.metrics import expected_maj_at_k
 from paragen.answers import extract_answer
+from paragen.scoring import TraceRanker
 from paragen.types import Trace
 from strategies import confidence
 
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from evals.run.records import EvalRecord
 
 OFFLINE = "offline estimate"
-Scorer = Callable[[Trace], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,15 +104,10 @@ def majority_ks(n: int) -> list[int]:
     return sorted({*(2**i for i in range(n.bit_length()) if 2**i <= n), n})
 
 
-def best_of(item: BankProblem, scorer: Scorer, verdicts: Verdicts) -> bool:
-    """Whether the highest-scoring sample (first on ties) that has an answer is correct."""
-    scored = [(scorer(t), -i, a) for i, (t, a) in enumerate(zip(item.traces, item.answers, strict=True)) if a]
+def best_of(item: BankProblem, ranker: TraceRanker, verdicts: Verdicts) -> bool:
+    """Whether the highest-ranked sample (first on ties) that has an answer is correct."""
+    scored = [(ranker(t), -i, a) for i, (t, a) in enumerate(zip(item.traces, item.answers, strict=True)) if a]
     return bool(scored) and _is_correct(item, max(scored)[2], verdicts)
-
-
-def mean_logprob(trace: Trace) -> float:
-    """A scorer: the mean log-probability of the sample's tokens (higher is more confident)."""
-    return sum(trace.logprobs) / len(trace.logprobs) if trace.logprobs else float("-inf")
 
 
 def token_confidences(trace: Trace) -> list[float]:

@@ -17,10 +17,10 @@ from evals.analysis.bank import (
     deepconf_offline,
     expected_majority,
     majority_ks,
-    mean_logprob,
 )
 from evals.analysis.bank_weighted import expected_weighted, has_scores, weighted_methods
 from evals.analysis.metrics import bootstrap_ci
+from paragen.scoring import mean_logprob
 
 
 def offline_rows(

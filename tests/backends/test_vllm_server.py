@@ -235,8 +235,8 @@ async def _runs_on_vllm(vllm_server: Server, backend: OpenAIBackend, name: str) 
     sampling = SamplingParams(max_tokens=24, temperature=0.7, seed=0)
     result = await Orchestrator(backend, defaults=sampling).run(strategy, Problem(question="What is 3 + 4?"))
     if name == "llmcompiler" and result.stop_reason == "error":
-        # SmolLM2 rarely writes a well-formed plan in 24 tokens; what must hold is that a malformed
-        # plan is replanned until the rounds run out and the run ends with that reason, not a crash.
+        # Prose plans are joined as the reference joins them (the joiner reads whatever ran); a run
+        # ends in error only when the planner's own sample failed, after every round, never a crash.
         assert (result.error or "").startswith("malformed plan"), result.error
         assert result.metrics["rounds"] == strategy.config.max_replans  # type: ignore[attr-defined]
     elif name == "react" and result.stop_reason == "error":

@@ -215,12 +215,14 @@ def test_thinking_budget_goes_in_the_servers_own_field(kind: str, field: str) ->
 
 
 def test_a_thinking_budget_is_refused_against_a_server_without_one() -> None:
-    config = OpenAIConfig(base_url="http://127.0.0.1:9/v1", thinking_budgets=True)
+    config = OpenAIConfig.model_validate({"base_url": "http://127.0.0.1:9/v1", "thinking_budgets": True})
     for kind in ("vllm", "sglang", "llama_cpp"):
         config.check_knobs(kind, "http://127.0.0.1:9/v1")
     with pytest.raises(ConfigError, match="takes no thinking budget"):
         config.check_knobs("openai", "https://api.openai.com/v1")
-    assert OpenAIConfig(base_url="http://127.0.0.1:9/v1", thinking_token_budget=0).enforces_thinking_budgets
+    assert OpenAIConfig.model_validate(
+        {"base_url": "http://127.0.0.1:9/v1", "thinking_token_budget": 0}
+    ).enforces_thinking_budgets
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,6 @@ from evals.analysis.bank import (
     expected_majority,
     lowest_group_confidence,
     majority_ks,
-    mean_logprob,
     pairs_to_grade,
     verdict_table,
 )
@@ -25,6 +24,7 @@ from evals.analysis.bank_rows import offline_rows
 from evals.analysis.metrics import expected_maj_at_k
 from evals.run.records import EvalRecord
 from paragen.answers import majority_vote
+from paragen.scoring import mean_logprob
 from paragen.types import Trace
 
 
