@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from evals.analysis.stats import RESAMPLES
 
@@ -228,18 +227,10 @@ def _sections(report: dict[str, Any]) -> list[tuple[str, tuple[list[str], list[l
 
 
 def print_report(report: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
-    if not console.is_terminal and console.width < 150:
-        console.width = 200  # a pipe or a log file: wide rows beat folded cells
-    for title, (header, body) in _sections(report):
-        if not body:
-            continue
-        table = Table(title=title, title_justify="left")
-        for name in header:
-            table.add_column(name, overflow="fold")
-        for line in body:
-            table.add_row(*line)
-        console.print(table)
+    """The report for a terminal (evals.report.terminal): a summary, then tables fitted to the width."""
+    from evals.report.terminal import print_terminal
+
+    print_terminal(report, _sections(report), console or Console())
 
 
 CSV_TABLES = {"summary": ("summary", table_cells), "paired": ("paired", paired_cells),
