@@ -20,6 +20,10 @@ per subset:
 
 Live settings are read as recorded: the best live accuracy of each strategy whose mean
 cost per problem fits the budget.
+
+Budgets are inclusive on both axes, at the precision the report shows them (whole tokens,
+hundredths of a second): a setting fits a budget equal to its own mean cost, also when that
+budget is one of the default levels (the live costs, rounded).
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ from paragen.answers import majority_vote
 MAX_SUBSETS = 2000
 SUBSET_SEED = 20240603
 AXES = {"total_tokens": "tokens", "latency_s": "latency"}
+DIGITS = {"total_tokens": 0, "latency_s": 2}  # the precision a budget is shown (and compared) at
+
+
+def fits(cost: float, budget: float, axis: str) -> bool:
+    """Whether ``cost`` is within ``budget`` (inclusive), both read at the axis's shown precision."""
+    digits = DIGITS[axis]
+    return round(cost, digits) <= round(budget, digits) + 1e-9
 
 
 def subsets(n: int, k: int) -> Iterator[tuple[int, ...]]:
@@ -126,7 +137,7 @@ def usable_for_budgets(items: Sequence[BankProblem], n: int) -> bool:
 
 def default_budgets(values: Sequence[float], most: int = 5) -> list[float]:
     """A few budget levels: the distinct costs of the live settings, thinned evenly to ``most``."""
-    levels = sorted({round(v, 2) for v in values if not math.isnan(v)})
+    levels = sorted({round(v, 2) for v in values if not math.isnan(v)})  # `fits` compares at this precision
     if len(levels) <= most:
         return levels
     step = (len(levels) - 1) / (most - 1)
@@ -147,8 +158,10 @@ def within(points: Sequence[dict[str, Any]], live: Sequence[dict[str, Any]], axi
         for budget in budgets:
             row: dict[str, Any] = {"task": task, "axis": AXES[axis], "budget": budget}
             for name in names:
-                fits = [c[3] for c in candidates if c[0] == task and c[1] == name and c[2] <= budget]
-                row[name] = max(fits) if fits else None
+                scores = [
+                    c[3] for c in candidates if c[0] == task and c[1] == name and fits(c[2], budget, axis)
+                ]
+                row[name] = max(scores) if scores else None
             rows.append(row)
     return rows
 

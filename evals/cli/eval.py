@@ -101,7 +101,7 @@ PlotOpt = Annotated[
 ]
 TaskOpt = Annotated[
     str | None,
-    typer.Option("-t", "--task", help="a built-in task (`paragen presets` lists them), a file, or hf:ID"),
+    typer.Option("-t", "--task", help="a built-in task (`paragen tasks` lists them), a file, or hf:ID"),
 ]
 PromptOpt = Annotated[
     str | None,

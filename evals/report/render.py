@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from evals.analysis.stats import RESAMPLES
 
@@ -157,10 +156,17 @@ def _run_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
+# k is the fewest finished samples any problem of the setting has: pass@1 and maj@k read the first
+# k samples of each problem, pass@k (Chen et al.'s estimator) reads all of them, so a setting whose
+# problems finished different numbers of samples (FFS) can show pass@1 != pass@k at k = 1.
 SAMPLES_HEADER = [
-    "task", "strategy", "n", "problems", "k", "pass@1[avg-of-k] ± SE", "95% CI", "maj@k", "pass@k",
-    "no answer", "reasoning tok/sample", "folder",
+    "task", "strategy", "n", "problems", "k (fewest samples of a problem)", "pass@1 of first k ± SE",
+    "95% CI", "maj@k of first k", "pass@k from all samples", "no answer", "reasoning tok/sample", "folder",
 ]  # fmt: skip
+SAMPLES_TITLE = (
+    "Samples: k = the fewest finished samples any problem has; pass@1 and maj@k over each problem's "
+    "first k, pass@k estimated from all its samples"
+)
 
 
 def _pct(value: float | None) -> str:
@@ -204,10 +210,7 @@ def _sections(report: dict[str, Any]) -> list[tuple[str, tuple[list[str], list[l
     return [
         ("Runs and their data", _run_cells(report)),
         ("Live runs" + (" (regraded)" if report["regraded"] else ""), table_cells(report["summary"])),
-        (
-            "Samples: pass@1 over k samples, majority@k, pass@k, no answer",
-            sample_cells(report.get("samples", [])),
-        ),
+        (SAMPLES_TITLE, sample_cells(report.get("samples", []))),
         (
             "Published figures (not reproduced here) beside this run's",
             published_cells(report.get("published", [])),
@@ -224,18 +227,10 @@ def _sections(report: dict[str, Any]) -> list[tuple[str, tuple[list[str], list[l
 
 
 def print_report(report: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
-    if not console.is_terminal and console.width < 150:
-        console.width = 200  # a pipe or a log file: wide rows beat folded cells
-    for title, (header, body) in _sections(report):
-        if not body:
-            continue
-        table = Table(title=title, title_justify="left")
-        for name in header:
-            table.add_column(name, overflow="fold")
-        for line in body:
-            table.add_row(*line)
-        console.print(table)
+    """The report for a terminal (evals.report.terminal): a summary, then tables fitted to the width."""
+    from evals.report.terminal import print_terminal
+
+    print_terminal(report, _sections(report), console or Console())
 
 
 CSV_TABLES = {"summary": ("summary", table_cells), "paired": ("paired", paired_cells),

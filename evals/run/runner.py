@@ -20,17 +20,11 @@ from dataclasses import dataclass
 
 import anyio
 import anyio.to_thread
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress
 
 from evals.run.combos import Combo
 from evals.run.grading import Grade, Grader
+from evals.run.progress import sweep_progress
 from evals.run.prompts import PromptRecord, get_template, prompt_setting
 from evals.run.records import (
     EvalRecord,
@@ -372,12 +366,4 @@ def is_backend_error(record: EvalRecord) -> bool:
 
 
 def _progress(enabled: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        disable=not enabled,
-        transient=False,
-    )
+    return sweep_progress(enabled)

@@ -45,3 +45,18 @@ def test_within_a_budget_takes_the_best_that_fits() -> None:
     assert rows[1]["ffs (bank of majority n=3)"] == pytest.approx(1 / 3)  # k=2 costs 80/3 <= 30
     assert rows[0]["majority (bank of majority n=3)"] is None
     assert default_budgets([5.0, 1.0, 3.0, 2.0, 4.0, 6.0], most=3) == [1.0, 3.0, 6.0]
+
+
+@pytest.mark.parametrize(("axis", "live_key", "cost"), [("total_tokens", "total_tokens", 123.454),
+                                                        ("latency_s", "latency_mean", 1.2345)])  # fmt: skip
+def test_a_setting_fits_the_default_budget_at_its_own_cost_on_both_axes(axis: str, live_key: str,
+                                                                        cost: float) -> None:  # fmt: skip
+    # The default levels are the live costs rounded (123.45, 1.23): a cost a hair above its own
+    # rounded level still fits, on the token axis and the latency axis alike.
+    base = {"task": "t", "total_tokens": 100.0, "latency_mean": 1.0}
+    live = [{**base, "strategy": "majority", "accuracy": 0.4}, {**base, "strategy": "ffs", "accuracy": 0.6}]
+    live[1][live_key] = cost
+    levels = default_budgets([float(r[live_key]) for r in live])
+    rows = within([], live, axis, levels)
+    assert [r["live ffs"] for r in rows] == [None, 0.6]
+    assert rows[-1]["budget"] < cost  # the level is the rounded cost, below the cost itself

@@ -131,7 +131,7 @@ def test_report_of_another_file_asks_for_the_run_folder(tmp_path: Path) -> None:
 def test_register_adds_the_harness_commands() -> None:
     host = typer.Typer()
     register(host)
-    assert {c.name for c in host.registered_commands} == {"eval", "report", "merge", "presets"}
+    assert {c.name for c in host.registered_commands} == {"eval", "report", "merge", "presets", "tasks"}
 
 
 def _eval_args(out: Path) -> list[str]:
