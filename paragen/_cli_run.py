@@ -41,6 +41,8 @@ def execute_run(
             async with Orchestrator(
                 backend, defaults=sampling, budget=budget, on_event=view.on_event
             ) as orchestrator:
+                await orchestrator.open()
+                await check_before_run(backend, strategy, problem, sampling)
                 return await orchestrator.run(strategy, problem)
         finally:
             await backend.aclose()
@@ -61,6 +63,18 @@ def execute_run(
             write_atomic(out, result.model_dump_json(indent=2))
         except OSError as exc:
             raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
+async def check_before_run(
+    backend: Backend, strategy: Strategy, problem: Problem, sampling: SamplingParams
+) -> None:
+    """Preflight (paragen.preflight): refuse at once what cannot run; warn of what runs in part."""
+    from paragen.preflight import preflight
+
+    verdict = await preflight(backend, [(strategy.name, strategy)], problem, sampling=sampling)
+    for line in verdict.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    verdict.raise_errors()
 
 
 def cli_problem(question: str) -> Problem:

@@ -134,6 +134,11 @@ class RunInfo(_Strict):
     partial: bool = False
     prompt: PromptRecord | None = None  # the words the problems were asked in
     preset: dict[str, Any] | None = None  # the published setting this run reproduces (evals.run.presets)
+    # The model that answered (evals.run.preflight): the engine's name, file and sha256, or the
+    # server's /models entry; a preset's own model beside it, and whether they are the same.
+    model: dict[str, Any] | None = None
+    preset_model: str | None = None
+    model_matches_preset: bool | None = None
 
 
 class EvalRecord(_Strict):
@@ -157,6 +162,7 @@ class EvalRecord(_Strict):
     recorded_at: float
     failure: RunFailure | None = None  # outcome "failed": what the run raised
     prompt: PromptRecord | None = None  # the template the problem was asked in
+    model: str | None = None  # the name of the model that answered (run.json has its file and hash)
 
     @property
     def key(self) -> Key:
@@ -324,6 +330,9 @@ def prepare_run(run_dir: Path, fresh: RunInfo, *, resume: bool, new_run: bool) -
             "seeds": old.seeds + [s for s in fresh.seeds if s not in old.seeds],
             "prompt": old.prompt or fresh.prompt,
             "preset": old.preset or fresh.preset,
+            "model": fresh.model or old.model,  # this invocation's model (a resume on another says so)
+            "preset_model": fresh.preset_model or old.preset_model,
+            "model_matches_preset": _either(fresh.model_matches_preset, old.model_matches_preset),
         }
         return old.model_copy(update=update)
     if not new_run:
@@ -333,6 +342,10 @@ def prepare_run(run_dir: Path, fresh: RunInfo, *, resume: bool, new_run: bool) -
         )
     earlier = [*old.earlier, old.model_dump(mode="json", by_alias=True, exclude={"earlier"})]
     return fresh.model_copy(update={"earlier": earlier})
+
+
+def _either(fresh: bool | None, old: bool | None) -> bool | None:
+    return old if fresh is None else fresh
 
 
 def _settings_change(old: RunInfo, new: RunInfo) -> str | None:

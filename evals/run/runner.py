@@ -24,6 +24,7 @@ from rich.progress import Progress
 
 from evals.run.combos import Combo
 from evals.run.grading import Grade, Grader
+from evals.run.preflight import check_sweep
 from evals.run.progress import sweep_progress
 from evals.run.prompts import PromptRecord, get_template, prompt_setting
 from evals.run.records import (
@@ -154,8 +155,10 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
         await orch.open()
         for combo in spec.combos:  # a reward model that cannot be loaded fails here, before any record
             await orch.open_verifiers(combo.strategy)
+        # Every configuration checked before anything is written: what cannot run ends it here.
+        provenance = await check_sweep(spec, orch.backend)
         await anyio.to_thread.run_sync(grader.wait_started)
-        fresh = fresh_run_info(spec)
+        fresh = fresh_run_info(spec).model_copy(update=provenance)
         check_shard_resume(spec.out, fresh)
         run_info = prepare_run(spec.out, fresh, resume=spec.resume, new_run=spec.new_run)
         writer = RecordWriter.open(spec.out)
@@ -273,6 +276,7 @@ def make_record(
         versions=run_info.versions,
         recorded_at=time.time(),
         prompt=run_info.prompt,
+        model=(run_info.model or {}).get("name"),
     )
 
 

@@ -67,6 +67,49 @@ class Capabilities(BaseModel):
     thinking_budget: bool = False
 
 
+class Capacity(BaseModel):
+    """How much a backend holds at once, where it knows (None: not known). A backend may have
+    ``capacity()`` returning one; preflight (paragen.preflight) checks a strategy's n and
+    max_tokens against it before anything is generated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    what: str = "the backend"  # how lines name it: "the engine", "the server"
+    sequences: int | None = None  # samples decoded at once (the engine's batch slots)
+    tokens: int | None = None  # cached tokens in all (the engine's KV blocks x block size)
+    sequence_tokens: int | None = None  # prompt and reply of one sample (a context length)
+    hard_context: bool = False  # a request past sequence_tokens is refused (vLLM), not cut
+
+    def refusals(self, n: int, prompt: int, max_tokens: int) -> list[str]:
+        """Why ``n`` samples of a ``prompt``-token prompt cannot run at all (empty: they can)."""
+        ctx = self.sequence_tokens
+        if self.hard_context and ctx is not None and prompt + max_tokens > ctx:
+            return [
+                f"a {prompt}-token prompt and max_tokens={max_tokens} exceed {self.what}'s context of "
+                f"{ctx} tokens (lower max_tokens)"
+            ]
+        return []
+
+    def shortfalls(self, n: int, prompt: int, max_tokens: int) -> list[str]:
+        """What runs only in part: samples cut short, or waiting for room."""
+        lines = []
+        ctx = self.sequence_tokens
+        if not self.hard_context and ctx is not None and prompt + max_tokens > ctx:
+            lines.append(
+                f"samples are cut at {max(ctx - prompt, 0)} tokens, not max_tokens={max_tokens}: "
+                f"{self.what} holds {ctx} tokens per sequence, the prompt is {prompt}"
+            )
+        if self.sequences is not None and n > self.sequences:
+            lines.append(f"{n} samples run in turns: {self.what} decodes {self.sequences} at once")
+        need = n * min(prompt + max_tokens, ctx or prompt + max_tokens)
+        if self.tokens is not None and need > self.tokens:
+            lines.append(
+                f"{n} samples of up to {prompt + max_tokens} tokens may need {need} cached tokens; "
+                f"{self.what} holds {self.tokens}: samples wait (preempted) when it is full"
+            )
+        return lines
+
+
 @runtime_checkable
 class CompletionStream(Protocol):
     """The object ``Backend.stream()`` yields: an async iterator of deltas with live usage."""

@@ -16,7 +16,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from paragen.backends.base import Capabilities, SharedRow, SharedSample, refuse_tools
+from paragen.backends.base import Capabilities, Capacity, SharedRow, SharedSample, refuse_tools
 from paragen.errors import ConfigError, EngineError
 from paragen.types import Delta, GenerateRequest, SamplingParams, Usage
 
@@ -169,6 +169,26 @@ class EngineBackend:
             # Queued behind any forward still running for a cancelled caller, so nothing frees
             # blocks that a pass is writing; shielded, so a cancelled caller still waits for it.
             await self.runtime.call_shielded(engine_session.close)
+
+    def capacity(self) -> Capacity:
+        """What the engine holds at once: its batch slots, its KV cache's tokens, one sequence's tokens."""
+        blocks, scheduler = self.engine.blocks, self.engine.scheduler
+        return Capacity(
+            what="the engine",
+            sequences=scheduler.max_batch,
+            tokens=blocks.num_blocks * blocks.block_size,
+            sequence_tokens=scheduler.max_seq_len - 1,
+        )
+
+    def check_fits(self, num_prompt_tokens: int, n: int) -> None:
+        """Raise the engine's own EngineError when ``n`` samples of such a prompt can never be held."""
+        self.engine.check_fits(num_prompt_tokens, n)
+
+    def model_info(self) -> dict[str, Any]:
+        """The model that answers (run records name it): name, path, file sha256 (cached per file)."""
+        from paragen.engine.provenance import describe
+
+        return describe(self.engine.target, self.engine.model_dir)
 
     async def count_tokens(self, text: str) -> tuple[int, str]:
         # In a worker thread: a long text must not hold the event loop, and the await is where a

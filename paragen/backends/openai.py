@@ -24,12 +24,13 @@ a token wins (see :mod:`paragen.backends.openai_hedge`).
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any
 
 import anyio
 import httpx
 
-from paragen.backends.base import Capabilities, estimate_tokens
+from paragen.backends.base import Capabilities, Capacity, estimate_tokens
 from paragen.backends.openai_config import OpenAIConfig, ServerInfo
 from paragen.backends.openai_http import map_http_errors, raise_for_status
 from paragen.backends.openai_stream import StreamContext
@@ -174,7 +175,41 @@ class OpenAIBackend:
         continuous = (
             self.config.continuous_usage if self.config.continuous_usage is not None else kind == "vllm"
         )
-        return ServerInfo(kind=kind, model=model, native_n=native_n, continuous_usage=continuous)
+        listed = next((m for m in models if m.get("id") == model), models[0] if models else None)
+        return ServerInfo(
+            kind=kind,
+            model=model,
+            native_n=native_n,
+            continuous_usage=continuous,
+            listed=_small(listed),
+            context_length=await self._context_length(replica, kind, listed),
+        )
+
+    async def _context_length(self, replica: Replica, kind: str, listed: dict[str, Any] | None) -> int | None:
+        """Tokens per sequence: vLLM lists ``max_model_len``; llama-server says ``n_ctx`` in /props."""
+        value = (listed or {}).get("max_model_len")
+        if value is None and kind == "llama_cpp":
+            with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
+                response = await self._client.get(f"{replica.root}/props", timeout=2.0)
+                if response.is_success:
+                    value = response.json().get("default_generation_settings", {}).get("n_ctx")
+        return value if isinstance(value, int) and value > 0 else None
+
+    def capacity(self) -> Capacity:
+        """The first probed server's context length (vLLM refuses a request past it; others cut)."""
+        info = next((r.info for r in self.pool.replicas if r.info is not None), None)
+        return Capacity(
+            what="the server",
+            sequence_tokens=info.context_length if info else None,
+            hard_context=info is not None and info.kind == "vllm",
+        )
+
+    def model_info(self) -> dict[str, Any]:
+        """The model that answers (run records name it): the served id and what the server lists."""
+        info = next((r.info for r in self.pool.replicas if r.info is not None), None)
+        if info is None:
+            return {"name": self.config.model}
+        return {"name": info.model, "server": info.kind, "listed": info.listed}
 
     def _refuse_unenforced_budgets(self, models: list[dict[str, Any]], url: str) -> None:
         """Thinking budgets asked of a server that would ignore them: refused, or a strategy would
@@ -300,6 +335,13 @@ class OpenAIBackend:
 
 def _owners(models: list[dict[str, Any]]) -> set[str]:
     return {str(m.get("owned_by", "")).lower() for m in models}
+
+
+def _small(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A /models entry without what would bloat a record (llama.cpp's long metadata lists)."""
+    if entry is None:
+        return None
+    return {k: v for k, v in entry.items() if len(json.dumps(v, default=str)) <= 512}
 
 
 def _kind(models: list[dict[str, Any]]) -> ServerKind:

@@ -166,3 +166,5 @@ class ServerInfo:
     model: str
     native_n: bool
     continuous_usage: bool
+    listed: dict[str, Any] | None = None  # the model's entry in GET /models, as the server lists it
+    context_length: int | None = None  # tokens per sequence, where the server says (vLLM, llama-server)

@@ -52,6 +52,7 @@ class LLMEngine:
             torch.set_num_threads(self.num_threads)
             keep_freed_memory()
         model_dir = loader.resolve(target)
+        self.target, self.model_dir = target, model_dir  # what was asked for, and what was loaded
         self.cfg = loader.load_config(model_dir)
         self.tokenizer: Any = loader.load_tokenizer(model_dir)
         self.dtype = pick_dtype(dtype, device)
