@@ -16,20 +16,9 @@ import typer
 
 from evals.cli.merge import run_procs
 from evals.cli.report import show_report
+from paragen import cli_options as opts
 from paragen import tracing
 from paragen.cli_options import (
-    BackendChoice,
-    BackendOpt,
-    BackendOpts,
-    BaseUrlOpt,
-    DeadlineOpt,
-    MaxTokensOpt,
-    MaxTotalTokensOpt,
-    ModelOpt,
-    OtlpOpt,
-    SeedOpt,
-    StrategyOpts,
-    TemperatureOpt,
     check_otlp_endpoint,
     check_out_folder,
     choose_backend,
@@ -156,23 +145,23 @@ def eval_command(
     out: OutOpt,
     strategies: StrategiesOpt = "single",
     ns: NsOpt = None,
-    strategy_opt: StrategyOpts = [],  # noqa: B006
-    backend: BackendOpt = "engine",
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    backend_opt: BackendOpts = [],  # noqa: B006
+    strategy_opt: opts.StrategyOpts = [],  # noqa: B006
+    backend: opts.BackendOpt = "engine",
+    model: opts.ModelOpt = None,
+    base_url: opts.BaseUrlOpt = None,
+    backend_opt: opts.BackendOpts = [],  # noqa: B006
     limit: LimitOpt = None,
     offset: OffsetOpt = 0,
     ids: IdsOpt = "",
     shuffle: ShuffleOpt = None,
-    seed: SeedOpt = None,
+    seed: opts.SeedOpt = None,
     seeds: SeedsOpt = None,
     resume: ResumeOpt = False,
     max_concurrent: MaxConcurrentOpt = 8,
-    max_tokens: MaxTokensOpt = 512,
-    temperature: TemperatureOpt = 0.7,
-    deadline: DeadlineOpt = None,
-    max_total_tokens: MaxTotalTokensOpt = None,
+    max_tokens: opts.MaxTokensOpt = 512,
+    temperature: opts.TemperatureOpt = 0.7,
+    deadline: opts.DeadlineOpt = None,
+    max_total_tokens: opts.MaxTotalTokensOpt = None,
     question_field: QuestionFieldOpt = None,
     answer_field: AnswerFieldOpt = None,
     id_field: IdFieldOpt = None,
@@ -185,7 +174,7 @@ def eval_command(
     fail_fast: FailFastOpt = False,
     progress: ProgressOpt = True,
     plot: PlotOpt = None,
-    otlp_endpoint: OtlpOpt = None,
+    otlp_endpoint: opts.OtlpOpt = None,
     task: TaskOpt = None,
     prompt: PromptOpt = None,
     top_p: TopPOpt = None,
@@ -241,7 +230,7 @@ def _on_command_line(ctx: typer.Context, param: str) -> bool:
 def _run(
     ctx: typer.Context,
     request: SweepRequest,
-    backend: BackendChoice,
+    backend: opts.BackendChoice,
     *,
     otlp_endpoint: str | None,
     plot: bool | None,
@@ -298,7 +287,7 @@ def _end_of_run(records: list[EvalRecord]) -> None:
 
 
 def run_sweep(
-    spec: EvalSpec, backend: BackendChoice, *, otlp_endpoint: str | None = None
+    spec: EvalSpec, backend: opts.BackendChoice, *, otlp_endpoint: str | None = None
 ) -> list[EvalRecord]:
     """Build the backend and run the sweep of ``spec``; its records in input order."""
     import anyio

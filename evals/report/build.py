@@ -73,7 +73,7 @@ def summary_rows(records: Sequence[EvalRecord], folder: str = "") -> list[dict[s
     rows = []
     for (task, strategy, n, sid), group in group_records(records).items():
         summary = summarize([problem_stats(r) for r in group]).as_dict()
-        ids = {"settings_id": sid, "run_id": group[0].run_id, "folder": folder}
+        ids = {"settings_id": sid, "run_id": group[0].run_id, "folder": folder, "model": group[0].model}
         rows.append({"task": task, "strategy": strategy, "n": n, **ids, "label": "live", **summary,
                      **seed_columns(group)})  # fmt: skip
     return rows
@@ -191,7 +191,7 @@ def build_report(
                    for (_, records), folder in zip(named, folders, strict=True)]  # fmt: skip
     paired, base_notes = comparison_rows(settings_of(named), baseline=baseline, all_pairs=all_pairs)
     rows = [row for part in per_run for row in part["summary"]]
-    notes += partial_notes(dirs, names)
+    notes += partial_notes(dirs, names) + model_notes(dirs, names)
     return {
         "run": str(dirs[0]) if len(dirs) == 1 else [str(d) for d in dirs],
         "regraded": do_regrade,
@@ -262,7 +262,27 @@ def _run_entry(info: RunInfo, folder: str) -> dict[str, Any]:
             "backend": info.settings.backend, "data": info.data.model_dump(mode="json"),
             "source": info.data.describe(), "partial": info.partial,
             "prompt": None if info.prompt is None else info.prompt.name,
-            "preset": None if info.preset is None else info.preset["name"]}  # fmt: skip
+            "preset": None if info.preset is None else info.preset["name"],
+            "model": _model_name(info), "preset_model": info.preset_model,
+            "model_matches_preset": info.model_matches_preset}  # fmt: skip
+
+
+def _model_name(info: RunInfo) -> str | None:
+    """The answering model's name as run.json records it (None for runs written before it did)."""
+    model = info.model or {}
+    name = model.get("name") or model.get("id")
+    return None if name is None else str(name)
+
+
+def model_notes(dirs: Sequence[Path], names: Sequence[str]) -> list[str]:
+    """A line per run folder whose current run used a preset on another model than the preset's."""
+    return [
+        f"{name}: preset {info.preset['name'] if info.preset else '?'} names {info.preset_model}, but "
+        f"{_model_name(info) or 'another model'} answered: its published figures are not reproduced here"
+        for d, name in zip(dirs, names, strict=True)
+        for info in run_infos(d)[-1:]
+        if info.model_matches_preset is False
+    ]
 
 
 def partial_notes(dirs: Sequence[Path], names: Sequence[str]) -> list[str]:
@@ -285,4 +305,6 @@ def _published(run_dir: Path, records: Sequence[EvalRecord], part: dict[str, Any
     mine = [r for r in records if r.run_id == run_id]
     summary = [r for r in part["summary"] if r["run_id"] == run_id]
     samples = [r for r in part["samples"] if r["run_id"] == run_id]
-    return published_rows(preset, summary, samples, mine)
+    rows = published_rows(preset, summary, samples, mine)
+    on_model = current[0].model_matches_preset is not False
+    return [{**row, "on_preset_model": on_model, "model": _model_name(current[0])} for row in rows]

@@ -15,6 +15,7 @@ from evals.analysis.stats import RESAMPLES
 
 _COLUMNS = (
     ("task", "task", "{}"),
+    ("model", "model", "{}"),
     ("strategy", "strategy", "{}"),
     ("n", "n", "{}"),
     ("problems", "num_problems", "{}"),
@@ -72,6 +73,7 @@ def table_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[st
         c for c in _COLUMNS
         if (c[1] != "seeds" or any(r.get("seeds", 1) > 1 for r in rows))
         and (c[1] != "folder" or any(r.get("folder") for r in rows))
+        and (c[1] != "model" or any(r.get("model") for r in rows))
         and (c[1] not in ("reasoning_tokens", "answer_tokens") or thinking)
     ]  # fmt: skip
     header = [name for name, _, _ in columns]
@@ -144,10 +146,11 @@ def _run_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     runs = report["runs"]
     prompt = any(r.get("prompt") not in (None, "paragen") for r in runs)
     preset = any(r.get("preset") for r in runs)
-    header = ["folder", "run", "task", "backend", "seeds", *(["prompt"] if prompt else []),
+    header = ["folder", "run", "task", "backend", "model", "seeds", *(["prompt"] if prompt else []),
               *(["preset"] if preset else []), "data source", "sha256", "note"]  # fmt: skip
     body = [
         [r["folder"], r["run_id"] + (" PARTIAL" if r.get("partial") else ""), r["task"], r["backend"],
+         (r.get("model") or "-") + (" (not the preset's)" if r.get("model_matches_preset") is False else ""),
          ",".join(str(s) for s in r["seeds"]), *([r.get("prompt") or "-"] if prompt else []),
          *([r.get("preset") or "-"] if preset else []), r["source"].rsplit(", sha256", 1)[0],
          r["data"]["file_sha256"] or r["data"]["rows_sha256"], r["data"]["note"] or "-"]
@@ -199,6 +202,8 @@ def published_cells(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[lis
         interval = "" if r["low"] is None else f" [{fmt.format(r['low'])}, {fmt.format(r['high'])}]"
         measured = "not in this run" if r["measured"] is None else f"{fmt.format(r['measured'])}{interval}"
         within = "-" if r["within"] is None else ("yes" if r["within"] else "no")
+        if r.get("on_preset_model") is False:  # measured on another model: no verdict on the figure
+            within = f"n/a: ran on {r.get('model') or 'another model'}"
         metric = r["metric"] if r.get("baseline") is None else f"{r['metric']} vs {r['baseline']}"
         n = "-" if r["n"] is None else str(r["n"])
         body.append([r["preset"], metric, r["strategy"], n, f"{r['published']:g}{unit}", measured, within,

@@ -76,3 +76,8 @@ def test_preset_run_on_another_model_says_so(tmp_path: Path) -> None:
     assert "SmolLM2" in info["model"]["name"] and len(info["model"]["sha256"]) == 64
     record = json.loads((out / "records.jsonl").read_text().splitlines()[0])
     assert "SmolLM2" in record["model"]
+    # The report names the model too, and no published figure is judged on another model.
+    shown = paragen("report", str(out), "--format", "md")
+    assert shown.returncode == 0, shown.stderr
+    assert "not the preset's" in shown.stdout and "published figures are not reproduced here" in shown.stdout
+    assert "n/a: ran on" in shown.stdout
