@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evals.run.prompts import PromptRecord
+from evals.run.prompts import PromptRecord, PromptRef
 from evals.tasks.loading import DataSource
 from paragen.config import Budget
 from paragen.errors import ConfigError, describe_invalid
@@ -156,7 +156,7 @@ class EvalRecord(_Strict):
     versions: dict[str, str]
     recorded_at: float
     failure: RunFailure | None = None  # outcome "failed": what the run raised
-    prompt: PromptRecord | None = None  # the template the problem was asked in
+    prompt: PromptRef | None = None  # the template the problem was asked in (its words: run.json)
 
     @property
     def key(self) -> Key:
