@@ -136,6 +136,7 @@ def merge_shards(
     target, paths = _paths(out, folders)
     with ExitStack() as held:
         if not replace:
+            _refuse_occupied(target)  # before the lock file is made: a refused merge leaves it as it was
             held.enter_context(run_folder_lock(target))
             _refuse_occupied(target)
         for path in paths:
