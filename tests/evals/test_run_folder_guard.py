@@ -66,9 +66,8 @@ def test_a_live_writer_refuses_a_second_and_a_dead_ones_lock_is_taken_over(tmp_p
     assert holder_pid(out) == holder.pid
     with run_folder_lock(out):
         assert holder_pid(out) == os.getpid()
-        with pytest.raises(FolderLocked, match=f"pid {os.getpid()}"):  # held here: one writer only
-            with run_folder_lock(out):
-                pass
+        with pytest.raises(FolderLocked, match=f"pid {os.getpid()}"), run_folder_lock(out):
+            pass  # held here: one writer only, even in the same process
 
 
 def test_a_refused_lock_leaves_no_folder_behind(tmp_path: Path) -> None:
