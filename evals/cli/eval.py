@@ -199,7 +199,7 @@ def eval_command(
     from evals.run.settings import SweepRequest
     from evals.run.shards import parse_shard
 
-    pass  # exit_with_parent()  # a --procs child: end with the parent, however it ends
+    exit_with_parent()  # a --procs child: end with the parent, however it ends
     try:
         shard_part = None if shard is None else parse_shard(shard)
         check_procs(procs)
