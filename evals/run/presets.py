@@ -145,8 +145,9 @@ def check_options(preset: Preset, path: Path) -> None:
                 )
             # The field alone, with its type and bounds: checks tied to other fields wait for the run.
             field = fields[key]
+            definition: dict[str, Any] = {key: (field.annotation, field)}
             try:
-                create_model("Option", **{key: (field.annotation, field)}).model_validate({key: value})
+                create_model("Option", **definition).model_validate({key: value})
             except ValidationError as exc:
                 raise ConfigError(f"{where} {describe_invalid(exc)}") from None
 
