@@ -76,8 +76,9 @@ OtlpOpt = Annotated[
 
 
 def fail(exc: ParagenError) -> NoReturn:
-    """A command's bad input or setting: its one line on stderr, and exit code 2."""
-    typer.echo(exc.one_line(), err=True)
+    """A command's bad input or setting: its one line on stderr (prefixed ``paragen:``, as every
+    command's error), and exit code 2."""
+    typer.echo(f"paragen: {exc.one_line()}", err=True)
     raise typer.Exit(2)
 
 

@@ -183,12 +183,15 @@ def eval_command(
     procs: ProcsOpt = None,
 ) -> None:
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
-    from evals.run.settings import SweepRequest, at_least
+    from evals.run.orphans import exit_with_parent
+    from evals.run.procs import check_procs
+    from evals.run.settings import SweepRequest
     from evals.run.shards import parse_shard
 
+    exit_with_parent()  # a --procs child: end with the parent, however it ends
     try:
         shard_part = None if shard is None else parse_shard(shard)
-        at_least(procs, 1, "--procs")
+        check_procs(procs)
         request = SweepRequest(
             out=out, task=task, strategies=unique(split_commas(strategies), "--strategies"),
             ns=None if ns is None else parse_ns(ns), seeds=parse_seeds(seeds, seed), seed=seed, limit=limit,
@@ -238,6 +241,7 @@ def _run(
 ) -> list[EvalRecord]:
     """Check what is left to check, build the spec, and run it here or as ``procs`` shard processes."""
     from evals.report.plots import require_plotting
+    from evals.run.lock import run_folder_lock
     from evals.run.settings import build_spec
 
     check_otlp_endpoint(otlp_endpoint)
@@ -247,9 +251,10 @@ def _run(
     spec = build_spec(request, backend)
     if spec.data.note:
         typer.echo(f"data: {spec.data.describe()} ({spec.data.note})", err=True)
-    if procs is None:
-        return run_sweep(spec, backend, otlp_endpoint=otlp_endpoint)
-    return run_procs(ctx, request.out, procs, request.shard, resume=request.resume or request.new_run)
+    with run_folder_lock(request.out):  # one writer per run folder: a second one is refused
+        if procs is None:
+            return run_sweep(spec, backend, otlp_endpoint=otlp_endpoint)
+        return run_procs(ctx, request.out, procs, request.shard, resume=request.resume or request.new_run)
 
 
 def _after_run(out: Path, records: list[EvalRecord], shard: Shard | None, plot: bool | None) -> None:

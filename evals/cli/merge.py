@@ -54,7 +54,7 @@ def run_procs(
     codes = anyio.run(until_terminated, lambda: run_children(children))
     failed = failed_child(children, codes)
     if failed is not None:
-        typer.echo(failed[0], err=True)
+        typer.echo(f"paragen: {failed[0]}", err=True)
         raise typer.Exit(failed[1])
     merge_shards(out, [child.out for child in children], partial=outer is not None, replace=True)
     return load_records(out).latest()

@@ -80,18 +80,22 @@ def _compare(prediction: str, gold: str, timeout_s: float, same: Equivalence | N
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def _watch_parent(parent_pid: int) -> None:
-    """Pool initializer: exit when the grading parent dies (a SIGKILLed run must not leave orphans)."""
+def _watch_parent() -> None:
+    """Pool initializer: exit when the grading parent dies (a SIGKILLed run must not leave orphans).
+
+    The worker's parent (the grading process, or the forkserver, which exits with it) is watched
+    by ``os.getppid()``: it changes the moment the parent dies and the worker is re-parented. A
+    test of the parent's pid would see a dead parent not yet reaped (a zombie) as alive.
+    """
     import threading
     import time
 
+    parent = os.getppid()
+
     def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            try:
-                os.kill(parent_pid, 0)
-            except ProcessLookupError:
-                os._exit(0)
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
@@ -146,7 +150,7 @@ class Grader:
         """Start the pool's processes now, without waiting for them: the first comparison waits."""
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=self._context, initializer=_watch_parent, initargs=(os.getpid(),)
+                self.workers, mp_context=self._context, initializer=_watch_parent
             )
             self._warming = [self._pool.submit(_warm) for _ in range(self.workers)]
 

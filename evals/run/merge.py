@@ -8,8 +8,12 @@ owns: a duplicate). Without ``partial`` every shard of the sweep must be given; 
 subset is merged, and the result, itself a shard folder holding several indices, merges
 later with the rest: shards are merged as they finish.
 
-The merged folder is written whole into a temporary folder beside ``OUT`` and renamed into
-place, so it is there complete or not at all. Its records are the shards' records, in the
+``OUT`` must be new or empty: a folder holding anything else (records of another run, say) is
+refused, as ``paragen eval`` refuses it. The merge holds ``OUT``'s lock and each shard folder's
+while it works (:mod:`evals.run.lock`), so a shard still being written, or a second merge into
+the same folder, is refused. The merged files are written whole into a temporary folder beside
+``OUT`` and renamed into place, run.json last: a folder without run.json is never a finished run,
+and a failed merge leaves ``OUT`` as it found it. Its records are the shards' records, in the
 order one process would have written them, under the merged run's id (its run.json lists
 the shards' run ids); ``paragen report`` reads it like any run folder.
 """
@@ -21,9 +25,11 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from evals.run.lock import is_empty, run_folder_lock
 from evals.run.records import (
     RECORDS_FILE,
     RUN_FILE,
@@ -120,13 +126,53 @@ def shard_records(shard: ShardFolder) -> list[EvalRecord]:
 
 
 def merge_shards(
-    out: Path, folders: Sequence[Path], *, partial: bool = False, replace: bool = False
+    out: Path | str, folders: Sequence[Path | str], *, partial: bool = False, replace: bool = False
 ) -> RunInfo:
-    """Merge shard folders into the run folder ``out``, written whole or not at all."""
+    """Merge shard folders into the run folder ``out`` (new or empty), written whole or not at all.
+
+    ``replace``: ``out`` is a ``--procs`` parent's folder, which holds its shards and whose lock
+    the caller holds; its records and run.json are replaced.
+    """
+    target, paths = _paths(out, folders)
+    with ExitStack() as held:
+        if not replace:
+            _refuse_occupied(target)  # before the lock file is made: a refused merge leaves it as it was
+            held.enter_context(run_folder_lock(target))
+            _refuse_occupied(target)
+        for path in paths:
+            if path.is_dir():
+                held.enter_context(run_folder_lock(path))  # no shard is read while it is written
+        info, lines = _merged(paths, partial=partial)
+        _write_whole(target, info, lines)
+    return info
+
+
+def _refuse_occupied(out: Path) -> None:
+    """``out`` refused unless it is new or empty, as ``paragen eval`` refuses a folder with records."""
+    if is_empty(out):
+        return
+    holds = "a run" if (out / RUN_FILE).exists() else "records" if (out / RECORDS_FILE).exists() else "files"
+    raise ConfigError(f"{out} already holds {holds}", hint="merge into a new or empty folder")
+
+
+def _paths(out: object, folders: object) -> tuple[Path, list[Path]]:
+    """The merge's folders as paths; one ConfigError line for anything that is not a path."""
+    if not isinstance(out, str | os.PathLike):
+        raise ConfigError(f"the merged run folder must be a path, not {type(out).__name__}")
+    if isinstance(folders, str | os.PathLike) or not isinstance(folders, Sequence):
+        raise ConfigError(
+            "the shard folders must be a list of paths", hint="merge_shards(OUT, [SHARD_DIR, ...])"
+        )
     if not folders:
         raise ConfigError("no shard folders given", hint="paragen merge OUT SHARD_DIR...")
-    if not replace and (out / RUN_FILE).exists():
-        raise ConfigError(f"{out} already holds a run", hint="pick a new folder for the merged run")
+    wrong = [f for f in folders if not isinstance(f, str | os.PathLike)]
+    if wrong:
+        raise ConfigError(f"a shard folder must be a path, not {type(wrong[0]).__name__}")
+    return Path(out), [Path(f) for f in folders]
+
+
+def _merged(folders: Sequence[Path], *, partial: bool) -> tuple[RunInfo, list[str]]:
+    """The merged run's info and its records' lines, in the order one process would write them."""
     shards = [read_shard(path) for path in folders]
     indices = check_shards(shards, partial=partial)
     shards.sort(key=lambda shard: min(shard.shard.indices))
@@ -139,9 +185,7 @@ def merge_shards(
     }
     info = merged_info(shards, indices)
     order = shard_units(info, indices, info.shard.count if info.shard else 1)
-    lines = [by_position[key].model_copy(update={"run_id": info.run_id}).to_line() for key in order]
-    _write_whole(out, info, lines)
-    return info
+    return info, [by_position[key].model_copy(update={"run_id": info.run_id}).to_line() for key in order]
 
 
 def merged_info(shards: Sequence[ShardFolder], indices: list[int]) -> RunInfo:
@@ -172,8 +216,9 @@ def _runs(shard: ShardFolder) -> list[str]:
 
 
 def _write_whole(out: Path, info: RunInfo, lines: list[str]) -> None:
-    """Write the run folder beside ``out`` and rename it into place (``out`` may hold other folders)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
+    """Write the run's files beside ``out`` and rename them into it, run.json last (``out`` holds
+    its lock file, and the shards of ``--procs``)."""
+    out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.merging-"))
     try:
         with (staging / RECORDS_FILE).open("w", encoding="utf-8") as handle:
@@ -181,11 +226,7 @@ def _write_whole(out: Path, info: RunInfo, lines: list[str]) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         write_run_info(staging, info)
-        if not out.exists() or not any(out.iterdir()):
-            os.replace(staging, out)  # an empty folder is replaced whole
-            return
-        # ``out`` holds other things (`--procs` keeps its shards in it): the records, then run.json,
-        # each renamed into place; a folder with records but no run.json is never a finished run.
+        # A folder with records but no run.json is never a finished run.
         (out / RUN_FILE).unlink(missing_ok=True)
         os.replace(staging / RECORDS_FILE, out / RECORDS_FILE)
         os.replace(staging / RUN_FILE, out / RUN_FILE)

@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from paragen.errors import ConfigError, describe_invalid
 
@@ -113,9 +113,43 @@ def load_preset(name: str) -> Preset:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read preset {path}: {exc}") from None
     try:
-        return Preset.model_validate({"name": path.stem, **table})
+        preset = Preset.model_validate({"name": path.stem, **table})
     except ValidationError as exc:
         raise ConfigError(f"preset {path} is not valid: {describe_invalid(exc, whole='the file')}") from None
+    check_options(preset, path)
+    return preset
+
+
+def check_options(preset: Preset, path: Path) -> None:
+    """The preset's ``[options.NAME]`` read by the rules of ``-O NAME.KEY=VALUE``: NAME among its
+    strategies, KEY a field of NAME's config other than its count (set by ``n``), VALUE of that
+    field's type; one ConfigError line for the first that is not."""
+    from paragen.registry import load_strategy
+    from paragen.strategy import count_field
+
+    for name, options in preset.strategy_options().items():
+        where = f"preset {path}: [options.{name}]"
+        if name not in preset.strategies:
+            raise ConfigError(
+                f"{where} names {name!r}, which is not among its strategies",
+                hint=f"its strategies: {', '.join(preset.strategies)}",
+            )
+        cls = load_strategy(name)
+        fields = cls.Config.model_fields
+        for key, value in options.items():
+            if key in ("n", count_field(cls)):
+                raise ConfigError(f"{where} {key}: the preset's n sets it", hint="e.g. n = [1, 4, 8]")
+            if key not in fields:
+                raise ConfigError(
+                    f"{where} has no option {key!r}", hint=f"{name}'s options: {', '.join(sorted(fields))}"
+                )
+            # The field alone, with its type and bounds: checks tied to other fields wait for the run.
+            field = fields[key]
+            definition: dict[str, Any] = {key: (field.annotation, field)}
+            try:
+                create_model("Option", **definition).model_validate({key: value})
+            except ValidationError as exc:
+                raise ConfigError(f"{where} {describe_invalid(exc)}") from None
 
 
 def describe(preset: Preset) -> str:

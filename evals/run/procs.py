@@ -7,13 +7,17 @@ its own run folder under ``OUT/shards/``; its output goes to a log beside that f
 
 Ending the parent ends the children: on Ctrl-C or SIGTERM each child gets SIGTERM (it records
 what it finished and closes its backend), and is killed if it has not exited after a grace
-period. Children that ended with a result (exit 0), or with records that are not all results
-(1: no result, 3: some runs raised) are merged; any other exit stops the parent before the
-merge, naming the child and the last line of its log.
+period. ``kill -9`` or a crash of the parent runs no handler, so each child also watches its
+parent and ends when it dies (:mod:`evals.run.orphans`). The parent holds ``OUT``'s lock and
+each child its shard folder's (:mod:`evals.run.lock`): a second sweep on the same folders is
+refused while any of them lives. Children that ended with a result (exit 0), or with records
+that are not all results (1: no result, 3: some runs raised) are merged; any other exit stops
+the parent before the merge, naming the child and the last line of its log.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -22,11 +26,33 @@ from pathlib import Path
 
 import anyio
 
+from evals.run.orphans import parent_env
 from evals.run.shards import Shard
+from paragen.errors import ConfigError
 
 SHARDS_FOLDER = "shards"
 GRACE_S = 10.0  # how long a child has to close its backend after SIGTERM before it is killed
 MERGEABLE_EXITS = (0, 1, 3)
+PROCS_PER_CPU = 4  # --procs at most this many per CPU: each child is a whole eval with its grading pool
+
+
+def max_procs() -> int:
+    """The most shard processes ``--procs`` starts on this machine."""
+    return (os.cpu_count() or 1) * PROCS_PER_CPU
+
+
+def check_procs(procs: int | None) -> None:
+    """``--procs`` refused in one line when it is not positive or more than this machine can run."""
+    if procs is None:
+        return
+    if procs < 1:
+        raise ConfigError(f"bad --procs {procs}: it must be at least 1")
+    if procs > max_procs():
+        raise ConfigError(
+            f"bad --procs {procs}: this machine runs at most {max_procs()} "
+            f"({PROCS_PER_CPU} per CPU, {os.cpu_count() or 1} CPUs)",
+            hint="run more shards on other machines: --shard I/N, then paragen merge",
+        )
 
 
 @dataclass(frozen=True)
@@ -71,7 +97,11 @@ async def _run_child(child: Child) -> int:
     child.log.parent.mkdir(parents=True, exist_ok=True)
     with child.log.open("ab") as log:
         process = await anyio.open_process(
-            child.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            child.command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **parent_env()},
         )
         try:
             return await process.wait()

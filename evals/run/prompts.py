@@ -2,7 +2,8 @@
 
 A run's template is the task's default unless ``--prompt`` names another one or a file.
 Named templates reproduce the published harnesses' wording exactly (sources below); the
-text is the data, so a run records the template whole (run.json and every record).
+text is the data, so a run records the template whole, once, in its run.json; each record names
+it (name, hash of the words, source) without its text, which may be a file of any size.
 
 - ``paragen``: paragen's own system prompt, the question as the user message.
 - ``matharena`` / ``matharena-aime``: MathArena's final-answer competitions. The user
@@ -85,6 +86,22 @@ class PromptRecord(BaseModel):
             source=template.source,
             sha256=template_sha256(template),
         )
+
+    def ref(self) -> PromptRef:
+        """The template as a record names it: without its words (run.json holds them)."""
+        return PromptRef(name=self.name, source=self.source, sha256=self.sha256)
+
+
+class PromptRef(BaseModel):
+    """A template as each record names it: its name, source and hash, the words being in run.json.
+
+    Records written before this kept the words too; reading them drops those."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    source: str
+    sha256: str
 
 
 def template_sha256(template: PromptTemplate) -> str:

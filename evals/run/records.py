@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evals.run.prompts import PromptRecord
+from evals.run.prompts import PromptRecord, PromptRef
 from evals.tasks.loading import DataSource
 from paragen.config import Budget
 from paragen.errors import ConfigError, describe_invalid
@@ -161,7 +161,7 @@ class EvalRecord(_Strict):
     versions: dict[str, str]
     recorded_at: float
     failure: RunFailure | None = None  # outcome "failed": what the run raised
-    prompt: PromptRecord | None = None  # the template the problem was asked in
+    prompt: PromptRef | None = None  # the template the problem was asked in (its words: run.json)
     model: str | None = None  # the name of the model that answered (run.json has its file and hash)
 
     @property

@@ -275,7 +275,7 @@ def make_record(
         seed=spec.seed,
         versions=run_info.versions,
         recorded_at=time.time(),
-        prompt=run_info.prompt,
+        prompt=None if run_info.prompt is None else run_info.prompt.ref(),
         model=(run_info.model or {}).get("name"),
     )
 

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evals.cli import app
+from evals.run.lock import FolderLocked, holder_pid, run_folder_lock
 from evals.run.records import RECORDS_FILE, EvalRecord, read_records, read_run_info
 
 # Several eval runs, each starting its grading pool: minutes on 2 busy cores.
@@ -113,6 +114,63 @@ def test_a_signal_to_the_parent_ends_every_child_and_resume_completes(tmp_path: 
     )
     assert done.returncode == 0, done.stderr
     assert _essence(read_records(out)) == _essence(_whole(tmp_path / "whole", "20", sweep))
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process below ``root`` (children, their grading pools' workers and forkserver)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_kill_9_of_the_parent_ends_the_whole_sweep_and_frees_its_folders(tmp_path: Path) -> None:
+    """SIGKILL runs no handler: the children see their parent go and end, their graders with them."""
+    script = tmp_path / "slow.jsonl"
+    script.write_text(json.dumps({"text": "The answer is \\boxed{7}.", "token_delay": 0.3}) + "\n")
+    sweep = [part if part != "scripted" else f"scripted:{script}" for part in SWEEP]
+    out = tmp_path / "run"
+    command = _paragen(*sweep, "--limit", "30", "--procs", "3", "--out", str(out))
+    parent = subprocess.Popen(
+        command, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    folders = [out / "shards" / f"{j}-of-3" for j in (1, 2, 3)]
+    deadline = time.monotonic() + 120
+    while not all((f / RECORDS_FILE).is_file() for f in folders) and time.monotonic() < deadline:
+        assert parent.poll() is None
+        time.sleep(0.05)
+    sweep_pids = _descendants(parent.pid)
+    children = {holder_pid(f) for f in folders}
+    assert None not in children and children <= sweep_pids and len(sweep_pids) > 3
+    with pytest.raises(FolderLocked, match=f"pid {holder_pid(folders[1])}"), run_folder_lock(folders[1]):
+        pass  # a second writer while the child lives
+    assert parent.poll() is None, "the sweep is still running"
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in sweep_pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in sweep_pids if _alive(pid)] == []
+    assert _processes_naming(out) == []
+    with run_folder_lock(out), run_folder_lock(folders[0]):  # the dead writers' locks are free
+        pass
 
 
 def test_procs_refuses_a_folder_that_holds_a_run_before_starting_children(tmp_path: Path) -> None:
