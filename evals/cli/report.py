@@ -109,6 +109,5 @@ def show_report(runs: Path | list[Path], *, fmt: str, do_regrade: bool, plot: bo
     if plot and report["summary"]:
         from evals.report.plots import plot_pareto
 
-        title = " vs ".join(run.name for run in runs)
-        path = plot_pareto(report["summary"], runs[0] / PLOT_FILE, title=title)
+        path = plot_pareto(report["summary"], runs[0] / PLOT_FILE, runs=runs)
         typer.echo(f"plot: {path}", err=fmt != "table")
