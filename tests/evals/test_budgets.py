@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from evals.analysis.bank import BankProblem
@@ -53,7 +55,7 @@ def test_a_setting_fits_the_default_budget_at_its_own_cost_on_both_axes(axis: st
                                                                         cost: float) -> None:  # fmt: skip
     # The default levels are the live costs rounded (123.45, 1.23): a cost a hair above its own
     # rounded level still fits, on the token axis and the latency axis alike.
-    base = {"task": "t", "total_tokens": 100.0, "latency_mean": 1.0}
+    base: dict[str, Any] = {"task": "t", "total_tokens": 100.0, "latency_mean": 1.0}
     live = [{**base, "strategy": "majority", "accuracy": 0.4}, {**base, "strategy": "ffs", "accuracy": 0.6}]
     live[1][live_key] = cost
     levels = default_budgets([float(r[live_key]) for r in live])

@@ -72,7 +72,7 @@ def _deep(depth: int) -> Any:
 
 def _mutate(body: dict[str, Any], rng: random.Random) -> dict[str, Any] | bytes:
     """One malformed variant of a valid body."""
-    mutated = json.loads(json.dumps(body))
+    mutated: dict[str, Any] = json.loads(json.dumps(body))
     roll = rng.random()
     if roll < 0.05:
         return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
