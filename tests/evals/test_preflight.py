@@ -57,6 +57,14 @@ def test_eval_on_llama_cpp_python_refuses_every_strategy_at_once(tmp_path: Path)
         assert any("budget_forcing n=1" in line for line in lines), done.stderr
         assert not any("majority" in line for line in lines)
         assert not (out / "records.jsonl").exists()
+        # What can run does, and names the model the server answered with: its listed id and owner.
+        ran = tmp_path / "ran"
+        done = paragen(*args[:6], "majority", "-n", "1", *args[-2:], "--max-tokens", "4", "--out", str(ran))
+        assert done.returncode == 0, done.stderr
+        model = json.loads((ran / "run.json").read_text())["model"]
+        assert model["server"] == "llama_cpp" and model["listed"]["id"] == model["name"], model
+        records = [json.loads(line) for line in (ran / "records.jsonl").read_text().splitlines()]
+        assert {r["model"] for r in records} == {model["name"]}
         # majority can run, cut at the server's context: a warning, not a refusal (2048 n_ctx is
         # not listed by llama-cpp-python, so there is none to see here unless it says so)
     finally:
