@@ -104,7 +104,7 @@ class Account:
         )
         ledger.traces.append(trace)
         self.traces.append(trace)
-        tracer = tracing.active
+        tracer = tracing.tracer()
         if tracer is not None:
             tracer.trace_started(trace)
         if ledger.sink is not None:
@@ -116,7 +116,7 @@ class Account:
     def ended(self, trace: Trace) -> None:
         ledger = self.ledger
         ledger.live.pop(trace.id, None)
-        tracer = tracing.active
+        tracer = tracing.tracer()
         if tracer is not None:
             tracer.trace_ended(trace)
         if ledger.sink is not None:

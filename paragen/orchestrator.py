@@ -138,7 +138,7 @@ class Orchestrator:
         return result
 
     async def _run(self, strategy: Strategy, problem: Problem, on_event: EventSink | None) -> StrategyResult:
-        tracer = tracing.active
+        tracer = tracing.tracer()
         if tracer is None:
             return await self._run_once(strategy, problem, on_event)
         with tracer.run(strategy.name, problem.id) as span:  # the root of the run's spans
@@ -200,7 +200,7 @@ class Orchestrator:
     ) -> StrategyResult:
         latency = ctx.now()
         traces = ledger.traces
-        tracer = tracing.active
+        tracer = tracing.tracer()
         for trace in traces:  # a deadline may have cut samples off mid-way
             if trace.end is None:
                 trace.end, trace.status, trace.cancel_reason = latency, "cancelled", stop_reason

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from paragen import tracing
 from paragen.backends.base import Backend, Capabilities, Capacity
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
@@ -81,7 +82,7 @@ async def dry_run(
     refusal (a ParagenError's line) if it refused before sampling."""
     from paragen.orchestrator import Orchestrator  # the orchestrator imports the strategies' side
 
-    with anyio.CancelScope() as scope:
+    with anyio.CancelScope() as scope, tracing.muted():  # no spans of a run the user did not ask for
         dry = _DryBackend(backend, scope)
         orchestrator = Orchestrator(dry, defaults=sampling, budget=Budget())
         try:

@@ -21,6 +21,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
@@ -65,18 +66,38 @@ class Tracer(Protocol):
 active: Tracer | None = None
 """The tracer the core reports to; None: tracing is off."""
 
+# Set in a block whose runs are not the user's (preflight's dry run of each strategy): their spans
+# would stand beside the real run's in the exported trace. A context variable, so it covers the
+# block's child tasks and nothing else running at the same time.
+_muted: ContextVar[bool] = ContextVar("paragen_tracing_muted", default=False)
+
 _NOTHING = contextlib.nullcontext()
+
+
+def tracer() -> Tracer | None:
+    """The tracer to report to here: ``active``, unless this task is inside :func:`muted`."""
+    return None if _muted.get() else active
+
+
+@contextlib.contextmanager
+def muted() -> Iterator[None]:
+    """A block whose runs report nothing to the tracer."""
+    token = _muted.set(True)
+    try:
+        yield
+    finally:
+        _muted.reset(token)
 
 
 def current(trace: Trace) -> AbstractContextManager[Any]:
     """A block in which ``trace``'s span is the current one (its backend requests become its children)."""
-    tracer = active
-    return _NOTHING if tracer is None else tracer.current(trace)
+    found = tracer()
+    return _NOTHING if found is None else found.current(trace)
 
 
 def phase(name: str, attributes: dict[str, Any]) -> AbstractContextManager[Any]:
-    tracer = active
-    return _NOTHING if tracer is None else tracer.phase(name, attributes)
+    found = tracer()
+    return _NOTHING if found is None else found.phase(name, attributes)
 
 
 def enable(provider: Any = None, *, endpoint: str | None = None) -> Tracer:

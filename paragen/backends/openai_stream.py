@@ -276,7 +276,7 @@ class HTTPStream:
 def _traced(call: _Call, usage: Usage) -> Iterator[dict[str, str]]:
     """The attempt as a GenAI client span where tracing is on: the request's headers, with its W3C
     traceparent; the span ends with the attempt's counts and its BackendError, if any."""
-    tracer = tracing.active
+    tracer = tracing.tracer()
     if tracer is None:
         yield _SSE_HEADERS
         return
