@@ -314,9 +314,12 @@ async def abort_choices(lives: Sequence[LiveSample]) -> None:
     if len(lives) == 1:
         await _abort_choice(lives[0])
     elif lives:
-        async with anyio.create_task_group() as group:
-            for live in lives:
-                group.start_soon(_abort_choice, live)
+        # Shielded as each abort is: a cancel that arrives meanwhile (a deadline) must not cut the
+        # aborts short, nor surface from this group inside a caller's cleanup (a fan-out's exit).
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as group:
+                for live in lives:
+                    group.start_soon(_abort_choice, live)
 
 
 async def _abort_choice(live: LiveSample) -> None:
