@@ -15,7 +15,6 @@ from evals.analysis.stats import RESAMPLES
 
 _COLUMNS = (
     ("task", "task", "{}"),
-    ("model", "model", "{}"),
     ("strategy", "strategy", "{}"),
     ("n", "n", "{}"),
     ("problems", "num_problems", "{}"),
@@ -36,6 +35,7 @@ _COLUMNS = (
     ("cached", "cached_prompt_tokens", "{:.0f}"),
     ("tok/correct", "total_tokens_per_correct", "{:.0f}"),
     ("outcomes", "outcomes", "{}"),
+    ("model", "model", "{}"),
     ("run", "run_id", "{}"),
     ("folder", "folder", "{}"),
 )

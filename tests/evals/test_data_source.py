@@ -136,5 +136,5 @@ def test_report_prints_each_runs_data_source_and_hash(tmp_path: Path) -> None:
     cli = CliRunner()
     args = ["eval", "-t", str(path), "-s", "single", "--backend", "scripted", "--no-progress", "--no-plot"]
     assert cli.invoke(app, [*args, "--out", str(out)]).exit_code == 0
-    shown = cli.invoke(app, ["report", str(out)], terminal_width=400).stdout
+    shown = cli.invoke(app, ["report", str(out)], env={"COLUMNS": "400"}).stdout
     assert hashlib.sha256(path.read_bytes()).hexdigest() in shown and "2 rows" in shown
