@@ -60,5 +60,7 @@ async def test_the_grader_is_warm_before_any_problem_starts(
     )
     records = await run_eval(spec, ScriptedBackend(arithmetic_responder))
 
-    assert EVENTS == ["grader ready", "problem", "problem", "problem"]
+    # The first "problem" is preflight's dry run, stopped at its first sample before anything is
+    # generated; every real problem starts after the grader is ready.
+    assert EVENTS == ["problem", "grader ready", "problem", "problem", "problem"]
     assert len(records) == 3 and {r.grade.outcome for r in records} <= {"correct", "incorrect"}
