@@ -166,7 +166,9 @@ def test_a_string_is_no_number_or_bool(url: str, path: str, field: str, value: s
 @pytest.mark.parametrize("text", [{"format": "json"}, ["text"], 3, True, {"format": {"type": "json_schema"}}])
 def test_responses_text_field_of_any_shape_is_a_400(url: str, text: Any) -> None:
     response = httpx.post(url + "/responses", json={**RESPONSES, "text": text}, timeout=30)
-    assert response.status_code == 400 and response.json()["error"]["param"].startswith("text"), response.text
+    error = response.json()["error"]
+    assert response.status_code == 400, response.text
+    assert (error["param"] or "").startswith("text") or "text.format" in error["message"], error
 
 
 @pytest.mark.parametrize("path", list(POSTS))
