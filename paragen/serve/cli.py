@@ -95,7 +95,7 @@ def _serve(
     backend: Any, config: Any, *, sock: Any, model: str | None, named: bool, logging: tuple[str, bool]
 ) -> None:
     from paragen.serve.app import create_app
-    from paragen.serve.server import run_in_foreground, served_model_names, uvicorn_server
+    from paragen.serve.server import listen, run_in_foreground, served_model_names, uvicorn_server
 
     async def main() -> None:
         try:
@@ -105,6 +105,7 @@ def _serve(
             raise
         app = create_app(backend, config.model_copy(update={"model_names": names}))
         host, port = sock.getsockname()[:2]
+        listen(sock)
         typer.echo(f"paragen serve: {', '.join(names)} on http://{host}:{port}/v1", err=True)
         log_level, access_log = logging
         await uvicorn_server(app, log_level=log_level, access_log=access_log).serve(sockets=[sock])

@@ -23,9 +23,15 @@ from starlette.applications import Starlette
 from paragen.backends.base import Backend, open_backend
 from paragen.errors import ConfigError
 
+BACKLOG = 2048  # uvicorn's default
+
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` (port 0: any free port)."""
+    """A socket bound to ``host:port`` (port 0: any free port), not yet listening.
+
+    Binding early makes a taken port fail at once; listening waits for :func:`listen` so that a
+    client never connects to a server still loading its model.
+    """
     if not 0 <= port <= 65535:
         raise ConfigError(f"bad port {port}: it must be 0-65535 (0: any free port)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -40,6 +46,12 @@ def bind(host: str, port: int) -> socket.socket:
         ) from None
     sock.set_inheritable(True)
     return sock
+
+
+def listen(sock: socket.socket) -> None:
+    """Start queueing connections on ``sock``: call it before announcing the URL, since uvicorn only
+    listens once its startup is done and a client that read the URL would be refused meanwhile."""
+    sock.listen(BACKLOG)
 
 
 def uvicorn_server(app: Starlette, *, log_level: str = "info", access_log: bool = True) -> uvicorn.Server:

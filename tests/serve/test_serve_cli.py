@@ -101,20 +101,27 @@ def test_no_access_log() -> None:
 
 
 LOOP_APP = """
-import asyncio
+import asyncio, contextlib
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
-from paragen.serve.server import bind, run_server
+from paragen.serve.server import bind, listen, run_server
 async def loop(request):
     return PlainTextResponse(type(asyncio.get_running_loop()).__module__)
+@contextlib.asynccontextmanager
+async def slow_start(app):
+    await asyncio.sleep(1)  # uvicorn accepts only after this: a request sent meanwhile must queue
+    yield
 sock = bind("127.0.0.1", 0)
+listen(sock)
 print(f"on http://127.0.0.1:{sock.getsockname()[1]}/v1", flush=True, file=__import__("sys").stderr)
-run_server(Starlette(routes=[Route("/v1/loop", loop)]), sock, log_level="warning")
+run_server(Starlette(routes=[Route("/v1/loop", loop)], lifespan=slow_start), sock, log_level="warning")
 """
 
 
 def test_served_on_uvloop_where_installed() -> None:
+    """Also: a request sent as soon as the URL is announced is served, not refused, while the
+    server still starts (the socket listens before the announcement)."""
     pytest.importorskip("uvloop")
     url, process = start([sys.executable, "-c", LOOP_APP])
     try:
