@@ -90,6 +90,9 @@ async def _serve_connection(stream: SocketStream, stream_events: list[bytes]) ->
                 head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
                 await stream.send(head % len(body) + body)
                 continue
+            if "/completions" not in line:  # no /tokenize: clients estimate their counts
+                await stream.send(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                continue
             head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             try:
                 await stream.send(head)

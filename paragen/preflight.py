@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from paragen import tracing
-from paragen.backends.base import Backend, Capabilities, Capacity
+from paragen.backends.base import Backend, Capabilities, Capacity, estimate_tokens
 from paragen.config import Budget
 from paragen.errors import ConfigError, ParagenError
 from paragen.strategy import Strategy, parallel_samples
@@ -172,5 +172,8 @@ async def _prompt_tokens(backend: Backend, problem: Problem, requests: list[Gene
             return len(render(requests[0]))
         except ParagenError:
             pass
-    count, _how = await backend.count_tokens(problem.question)
+    try:
+        count, _how = await backend.count_tokens(problem.question)
+    except ParagenError:  # a server's tokenize endpoint is an aid: the sweep must not die of it
+        return estimate_tokens(problem.question)
     return count

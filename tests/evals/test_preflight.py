@@ -11,7 +11,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+
+from paragen.backends.base import Capacity
+from paragen.backends.scripted import Script, ScriptedBackend
+from paragen.errors import BackendProtocolError
+from paragen.preflight import preflight
+from paragen.strategy import build_strategy
+from paragen.types import Problem, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "backends"))
@@ -89,3 +97,29 @@ def test_preset_run_on_another_model_says_so(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "not the preset's" in shown.stdout and "n/a: ran on" in shown.stdout
     assert "published figures are not reproduced here" in shown.stderr  # the report's notes
+
+
+class _BrokenTokenizer(ScriptedBackend):
+    """A server whose tokenize endpoint answers something that is not a count (a gateway's page)."""
+
+    async def count_tokens(self, text: str) -> tuple[int, str]:
+        raise BackendProtocolError("http://gateway/tokenize: answer is not JSON")
+
+    def capacity(self) -> Capacity:
+        return Capacity(what="the server", sequence_tokens=40, hard_context=True)
+
+
+def test_a_broken_tokenize_endpoint_falls_back_to_an_estimate() -> None:
+    """The prompt's size is still checked (on an estimate), and the sweep is not refused for it."""
+    problem = Problem(question="What is 1+1?")
+    sampling = SamplingParams(max_tokens=16)
+
+    async def check(max_tokens: int) -> Any:
+        backend = _BrokenTokenizer([Script(text="\\boxed{2}")])
+        strategies = [("majority", build_strategy("majority", {"n": 2}))]
+        budget = sampling.model_copy(update={"max_tokens": max_tokens})
+        return await preflight(backend, strategies, problem, sampling=budget)
+
+    assert anyio.run(check, 16).errors == []
+    refused = anyio.run(check, 64).errors
+    assert len(refused) == 1 and "majority" in refused[0], refused
