@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from paragen.cli import main
-from paragen.engine import loader, packaged, provenance
+from paragen.engine import gguf_parts, loader, packaged, provenance
 from paragen.engine.packaged import PackagedModel, WheelPart
 from paragen.errors import ConfigError
 
@@ -160,9 +160,9 @@ def test_parts_joined_in_another_order_are_not_installed(fake: tuple[PackagedMod
     out = packaged.installed_path(model)
     out.parent.mkdir(parents=True)
     with pytest.raises(ConfigError, match="not the pinned file"):
-        packaged.assemble(swapped, _wheels(swapped, links), out)
+        gguf_parts.assemble(swapped, _wheels(swapped, links), out)
     assert _left_in_cache(model) == []
-    assert packaged.assemble(model, _wheels(model, links), out) == out
+    assert gguf_parts.assemble(model, _wheels(model, links), out) == out
 
 
 @pytest.mark.parametrize(
@@ -177,7 +177,7 @@ def test_the_gguf_metadata_must_name_the_pinned_model(
     out = packaged.installed_path(model)
     out.parent.mkdir(parents=True)
     with pytest.raises(ConfigError, match=field):
-        packaged.assemble(other, _wheels(other, links), out)
+        gguf_parts.assemble(other, _wheels(other, links), out)
     assert _left_in_cache(model) == []
 
 
@@ -185,7 +185,7 @@ def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "x.gguf"
     path.write_bytes(b"not a gguf file at all" * 10)
     with pytest.raises(ConfigError, match="not a readable GGUF"):
-        packaged.read_metadata(path)
+        gguf_parts.read_metadata(path)
 
 
 def test_the_spec_name_before_install_says_how_to_install(
