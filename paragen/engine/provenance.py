@@ -21,7 +21,7 @@ _CHUNK = 1 << 22
 
 def describe(target: str | None, model_dir: Path) -> dict[str, Any]:
     """Name, path, files and sha256 of the engine's model (``target`` None: the default SmolLM2)."""
-    source = loader.default_model_path() if target is None else Path(target).expanduser()
+    source = loader.source_path(target)
     if not source.exists():  # a hub id: the downloaded snapshot is the file that ran
         source = model_dir
     files = [source] if source.is_file() else sorted(source.glob("*.safetensors"))
