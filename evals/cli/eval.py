@@ -185,13 +185,14 @@ def eval_command(
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
     from evals.run.orphans import exit_with_parent
     from evals.run.procs import check_procs
-    from evals.run.settings import SweepRequest
+    from evals.run.settings import SweepRequest, at_least
     from evals.run.shards import parse_shard
 
     exit_with_parent()  # a --procs child: end with the parent, however it ends
     try:
         shard_part = None if shard is None else parse_shard(shard)
         check_procs(procs)
+        at_least(shuffle, 0, "--shuffle")  # the data's shuffle takes no negative seed
         request = SweepRequest(
             out=out, task=task, strategies=unique(split_commas(strategies), "--strategies"),
             ns=None if ns is None else parse_ns(ns), seeds=parse_seeds(seeds, seed), seed=seed, limit=limit,
