@@ -12,13 +12,12 @@ run made with ``weighting="max"`` is re-scored as weighted best-of-k too, not as
 
 from __future__ import annotations
 
-import itertools
 import math
-import random
 from collections.abc import Iterator, Sequence
 from typing import get_args
 
 from evals.analysis.bank import BankProblem, Verdicts, is_correct
+from evals.analysis.metrics import k_subsets
 from paragen.scoring.aggregate import Aggregate, aggregate, weighted_answer
 
 EXACT_SUBSETS = 2000
@@ -48,20 +47,11 @@ def expected_weighted(item: BankProblem, k: int, how: Aggregate, verdicts: Verdi
     if n == 0:
         return 0.0
     hits = total = 0
-    for subset in _subsets(n, min(k, n)):
+    for subset in k_subsets(n, min(k, n), most=EXACT_SUBSETS, seed=SUBSET_SEED):
         answer = weighted_answer([item.answers[i] for i in subset], [weights[i] for i in subset])
         hits += is_correct(item, answer, verdicts)
         total += 1
     return hits / total
-
-
-def _subsets(n: int, k: int) -> Iterator[tuple[int, ...]]:
-    if math.comb(n, k) <= EXACT_SUBSETS:
-        yield from itertools.combinations(range(n), k)
-        return
-    rng = random.Random(SUBSET_SEED)
-    for _ in range(EXACT_SUBSETS):
-        yield tuple(sorted(rng.sample(range(n), k)))
 
 
 def weighted_methods(n: int) -> Iterator[tuple[str, int, Aggregate]]:

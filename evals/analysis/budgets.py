@@ -28,15 +28,13 @@ budget is one of the default levels (the live costs, rounded).
 
 from __future__ import annotations
 
-import itertools
 import math
-import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from evals.analysis import bank as sample_bank
 from evals.analysis.bank import BankProblem, Verdicts
-from evals.analysis.metrics import pass_at_k
+from evals.analysis.metrics import k_subsets, pass_at_k
 from paragen.answers import majority_vote
 
 MAX_SUBSETS = 2000
@@ -49,16 +47,6 @@ def fits(cost: float, budget: float, axis: str) -> bool:
     """Whether ``cost`` is within ``budget`` (inclusive), both read at the axis's shown precision."""
     digits = DIGITS[axis]
     return round(cost, digits) <= round(budget, digits) + 1e-9
-
-
-def subsets(n: int, k: int) -> Iterator[tuple[int, ...]]:
-    """Every k-subset of range(n), or MAX_SUBSETS drawn with a fixed seed when there are more."""
-    if math.comb(n, k) <= MAX_SUBSETS:
-        yield from itertools.combinations(range(n), k)
-        return
-    rng = random.Random(SUBSET_SEED)
-    for _ in range(MAX_SUBSETS):
-        yield tuple(sorted(rng.sample(range(n), k)))
 
 
 def _sample_costs(item: BankProblem) -> tuple[list[int], list[float]]:
@@ -87,7 +75,7 @@ def problem_curve(item: BankProblem, k: int, verdicts: Verdicts) -> dict[str, tu
     n = len(item.traces)
     sums: dict[str, list[float]] = {"all": [0.0, 0.0], "ffs": [0.0, 0.0, 0.0], "ffs3": [0.0, 0.0, 0.0]}
     count = 0
-    for chosen in subsets(n, k):
+    for chosen in k_subsets(n, k, most=MAX_SUBSETS, seed=SUBSET_SEED):
         count += 1
         sums["all"][0] += sum(lengths[i] for i in chosen)
         sums["all"][1] += max(times[i] for i in chosen)

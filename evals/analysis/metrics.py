@@ -6,9 +6,10 @@ is unit-tested on known cases.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
@@ -44,6 +45,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def k_subsets(n: int, k: int, *, most: int, seed: int) -> Iterator[tuple[int, ...]]:
+    """Every k-subset of range(n) in lexicographic order, or ``most`` of them drawn with ``seed``.
+
+    The exact enumeration is used while there are at most ``most`` subsets; past that, each draw is
+    a sorted ``random.Random(seed).sample``, so a caller's figures depend on its ``seed`` only.
+    """
+    if math.comb(n, k) <= most:
+        yield from itertools.combinations(range(n), k)
+        return
+    rng = random.Random(seed)
+    for _ in range(most):
+        yield tuple(sorted(rng.sample(range(n), k)))
 
 
 def maj_at_k(answers: Sequence[str | None], is_correct: Callable[[str], bool], k: int) -> bool:

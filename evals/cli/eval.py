@@ -118,11 +118,7 @@ def parse_ns(text: str) -> list[int]:
     """``--n 1,4,8`` as a list, each positive and given once."""
     from evals.run.settings import N_HINT, checked_ns
 
-    try:
-        ns = [int(part) for part in split_commas(text)]
-    except ValueError:
-        raise ConfigError(f"bad --n {text!r}", hint=N_HINT) from None
-    return checked_ns(ns, text)
+    return checked_ns(_whole_numbers(text, "--n", N_HINT), text)
 
 
 def parse_seeds(text: str | None, seed: int | None) -> list[int]:
@@ -133,11 +129,15 @@ def parse_seeds(text: str | None, seed: int | None) -> list[int]:
         return []
     if seed is not None:
         raise ConfigError("--seed and --seeds contradict each other", hint="give one of them")
+    return checked_seeds(_whole_numbers(text, "--seeds", SEEDS_HINT), text)
+
+
+def _whole_numbers(text: str, flag: str, hint: str) -> list[int]:
+    """A comma-separated flag's whole numbers, or one line naming the flag."""
     try:
-        values = [int(part) for part in split_commas(text)]
+        return [int(part) for part in split_commas(text)]
     except ValueError:
-        raise ConfigError(f"bad --seeds {text!r}", hint=SEEDS_HINT) from None
-    return checked_seeds(values, text)
+        raise ConfigError(f"bad {flag} {text!r}", hint=hint) from None
 
 
 def eval_command(
@@ -185,13 +185,14 @@ def eval_command(
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
     from evals.run.orphans import exit_with_parent
     from evals.run.procs import check_procs
-    from evals.run.settings import SweepRequest
+    from evals.run.settings import SweepRequest, at_least
     from evals.run.shards import parse_shard
 
     exit_with_parent()  # a --procs child: end with the parent, however it ends
     try:
         shard_part = None if shard is None else parse_shard(shard)
         check_procs(procs)
+        at_least(shuffle, 0, "--shuffle")  # the data's shuffle takes no negative seed
         request = SweepRequest(
             out=out, task=task, strategies=unique(split_commas(strategies), "--strategies"),
             ns=None if ns is None else parse_ns(ns), seeds=parse_seeds(seeds, seed), seed=seed, limit=limit,

@@ -173,16 +173,7 @@ def build_report(
     """
     dirs = [runs] if isinstance(runs, Path) else list(runs)
     names = folder_names(dirs)
-    loaded = [_load(d) for d in dirs]
-    notes = [f"{records_path(d)}: the last line is incomplete (a killed run) and was left out"
-             for d, (_, torn) in zip(dirs, loaded, strict=True) if torn]  # fmt: skip
-    named = [
-        (name, _results_only(records, name, notes)) for name, (records, _) in zip(names, loaded, strict=True)
-    ]
-    if len(named) > 1:
-        common, restricted = common_problems(named)
-        named = [(name, restrict(records, common)) for name, records in named]
-        notes += restricted
+    named, notes = _joined(dirs, names)
     with Grader(workers=workers) as grader:
         if do_regrade:
             named = [(name, regrade(records, grader)) for name, records in named]
@@ -212,6 +203,24 @@ def build_report(
         "matched_total_tokens": matched_rows(rows, "total_tokens"),
         "matched_sequential_tokens": matched_rows(rows, "sequential_tokens"),
     }
+
+
+def _joined(
+    dirs: Sequence[Path], names: Sequence[str]
+) -> tuple[list[tuple[str, list[EvalRecord]]], list[str]]:
+    """Each folder's records that have a result, by its name, restricted to the problems all the
+    folders share; and the notes on what was left out."""
+    loaded = [_load(d) for d in dirs]
+    notes = [f"{records_path(d)}: the last line is incomplete (a killed run) and was left out"
+             for d, (_, torn) in zip(dirs, loaded, strict=True) if torn]  # fmt: skip
+    named = [
+        (name, _results_only(records, name, notes)) for name, (records, _) in zip(names, loaded, strict=True)
+    ]
+    if len(named) > 1:
+        common, restricted = common_problems(named)
+        named = [(name, restrict(records, common)) for name, records in named]
+        notes += restricted
+    return named, notes
 
 
 def _run_sections(

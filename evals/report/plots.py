@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -85,8 +86,13 @@ def plot_pareto(
 
     fig = draw_pareto(rows, title=title, runs=runs)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=fig.dpi)
-    plt.close(fig)
+    partial = path.with_name(f".{path.name}.partial")
+    try:  # saved beside it and renamed: a failed save leaves the earlier plot, not half a PNG
+        fig.savefig(partial, dpi=fig.dpi, format="png")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+        plt.close(fig)
     return path
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from evals.analysis.metrics import Point, pareto_front
@@ -68,11 +69,12 @@ def print_table(console: Console, title: str, cells: Cells) -> None:
     parts = split_columns(header, body, console.width, KEY_COLUMNS.get(header[0], 1))
     for number, (part_header, part_body) in enumerate(parts, 1):
         suffix = f" ({number}/{len(parts)})" if len(parts) > 1 else ""
-        table = Table(title=title + suffix, title_justify="left")
+        # Escaped: a cell is data (a folder, an error message), and "[x]" in it is no markup tag.
+        table = Table(title=escape(title + suffix), title_justify="left")
         for name, width in zip(part_header, fit_widths(part_header, part_body, console.width), strict=True):
-            table.add_column(name, width=width, overflow="fold")
+            table.add_column(escape(name), width=width, overflow="fold")
         for row in part_body:
-            table.add_row(*row)
+            table.add_row(*(escape(cell) for cell in row))
         console.print(table)
 
 
@@ -136,7 +138,7 @@ def print_terminal(report: dict[str, Any], sections: Sequence[tuple[str, Cells]]
     if report["summary"]:
         console.print("Summary", style="bold")
         for line in summary_lines(report):
-            console.print(line, overflow="fold", highlight=False)
+            console.print(line, overflow="fold", highlight=False, markup=False)
         console.print()
     for title, (header, body) in sections:
         if not body:

@@ -139,9 +139,10 @@ def merge_shards(
             _refuse_occupied(target)  # before the lock file is made: a refused merge leaves it as it was
             held.enter_context(run_folder_lock(target))
             _refuse_occupied(target)
-        for path in paths:
-            if path.is_dir():
-                held.enter_context(run_folder_lock(path))  # no shard is read while it is written
+        # Each folder locked once: a folder given twice is refused below as a shard given twice,
+        # where a second lock of it would name this very merge as the folder's writer.
+        for path in dict.fromkeys(p.resolve() for p in paths if p.is_dir()):
+            held.enter_context(run_folder_lock(path))  # no shard is read while it is written
         info, lines = _merged(paths, partial=partial)
         _write_whole(target, info, lines)
     return info

@@ -91,6 +91,9 @@ def test_regrade_agrees_with_the_recorded_grades(run_dir: Path) -> None:
     [
         (["-t", "nope"], "unknown task"),
         (["-t", "arith", "--n", "0"], "bad --n"),
+        (["-t", "arith", "--n", "1,x"], "bad --n '1,x'"),
+        (["-t", "arith", "--seeds", "0,x"], "bad --seeds '0,x'"),
+        (["-t", "arith", "--shuffle", "-1"], "bad --shuffle -1: it must be at least 0"),
         (["-t", "arith", "-s", "no_such_strategy"], "unknown strategy"),
         (["-t", "arith", "--backend", "no_such_backend"], "unknown backend"),
         (["-t", "arith", "-O", "majority=3"], "majority: Extra inputs are not permitted"),

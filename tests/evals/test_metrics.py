@@ -11,6 +11,7 @@ from evals.analysis.metrics import (
     Point,
     ProblemStats,
     bootstrap_ci,
+    k_subsets,
     maj_at_k,
     matched_cost,
     pareto_front,
@@ -26,6 +27,15 @@ from evals.analysis.metrics import (
 def test_pass_at_k_matches_the_closed_form(n: int, c: int, k: int) -> None:
     expected = 1.0 - math.comb(n - c, k) / math.comb(n, k)
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_k_subsets_enumerates_while_few_and_draws_seeded_samples_past_the_limit() -> None:
+    assert list(k_subsets(5, 2, most=10, seed=0)) == list(combinations(range(5), 2))
+    drawn = list(k_subsets(20, 10, most=2000, seed=20240603))
+    assert len(drawn) == 2000 and all(list(s) == sorted(set(s)) and len(s) == 10 for s in drawn)
+    # Pinned: the matched-budget and weighted-bank figures are read from exactly these draws.
+    assert drawn[0] == (0, 1, 2, 4, 7, 8, 10, 11, 13, 14)
+    assert next(k_subsets(20, 10, most=2000, seed=0)) == (1, 4, 5, 6, 7, 8, 12, 13, 15, 19)
 
 
 def test_pass_at_k_equals_the_fraction_of_k_subsets_holding_a_correct_sample() -> None:

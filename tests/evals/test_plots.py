@@ -101,3 +101,25 @@ def test_plot_draws_labels_apart_and_writes_the_note(tmp_path: Path) -> None:
     assert "arith" in fig.get_suptitle()
     path = plot_pareto(rows, tmp_path / "pareto.png", runs=[run])
     assert path.stat().st_size > 0
+
+
+def test_a_failed_save_keeps_the_earlier_plot_and_leaves_no_figure_or_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    path = plot_pareto([_row("single", 1)], tmp_path / "pareto.png")
+    earlier = path.read_bytes()
+
+    def half_written(self: Figure, fname: Path, **_: Any) -> None:
+        Path(fname).write_bytes(b"\x89PNG half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", half_written)
+    open_figures = plt.get_fignums()
+    with pytest.raises(OSError, match="No space left"):
+        plot_pareto([_row("single", 1), _row("majority", 4)], path)
+    assert path.read_bytes() == earlier
+    assert [p.name for p in tmp_path.iterdir()] == ["pareto.png"]
+    assert plt.get_fignums() == open_figures  # the failed one is closed

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from evals.cli import app
-from evals.report.terminal import column_width, split_columns
+from evals.report.terminal import column_width, print_table, split_columns
 
 runner = CliRunner()
 STRATEGIES = ("single", "majority", "ffs", "best_of_n", "budget_forcing", "deepconf")
@@ -59,3 +61,12 @@ def test_split_repeats_the_key_columns_and_never_exceeds_the_width() -> None:
     assert [c for h, _ in parts for c in h[3:]] == header[3:]  # every column once, in order
     for h, b in parts:
         assert 1 + sum(column_width(name, [row[i] for row in b]) + 3 for i, name in enumerate(h)) <= 60
+
+
+def test_brackets_in_cells_and_titles_are_printed_as_written() -> None:
+    # Folders and error messages are data: "[old]" or "[/]" in them is no rich markup to apply.
+    out = io.StringIO()
+    console = Console(file=out, width=100, color_system=None)
+    print_table(console, "Failed [a]", (["folder", "error"], [["runs/x[old]", "got '[x]' and [/] here"]]))
+    text = out.getvalue()
+    assert "Failed [a]" in text and "runs/x[old]" in text and "got '[x]' and [/] here" in text

@@ -130,6 +130,13 @@ def test_merge_refuses_a_shard_given_twice(sweep: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "m").exists()
 
 
+def test_merge_refuses_the_same_shard_folder_given_twice_as_given_twice(sweep: Path, tmp_path: Path) -> None:
+    # Not "being written by" this merge itself: the folder's lock is taken once.
+    result = _merge(tmp_path / "m", sweep / "s1", sweep / "s2", sweep / "s2" / ".", sweep / "s3")
+    assert result.exit_code == 2 and "shard 2/3 is given twice" in result.output, result.output
+    assert not (tmp_path / "m").exists()
+
+
 def test_merge_refuses_a_record_duplicated_into_another_shard(sweep: Path, tmp_path: Path) -> None:
     s1, s2 = _copy(sweep, tmp_path, "s1", "s2")
     stolen = (s2 / RECORDS_FILE).read_text().splitlines(keepends=True)[0]
