@@ -75,7 +75,7 @@ def run_task(
     from evals.report.plots import plot_pareto
     from evals.run.combos import build_combos
     from evals.run.runner import run_eval
-    from evals.run.spec import EvalSpec
+    from evals.run.spec import BackendSetup, EvalSpec, RunFolder, Sampling
     from evals.tasks import Selection, get_task, load_task
 
     task = get_task(task_name)
@@ -84,13 +84,14 @@ def run_task(
     spec_obj = EvalSpec(
         task=task,
         problems=problems,
-        combos=build_combos(strategies, ns),
-        out=out,
-        backend_spec=spec,
         data=loaded.source,
-        max_concurrent=8,
-        sampling=SamplingParams(max_tokens=max_tokens, temperature=0.7),
-        budget=Budget(deadline_s=90.0),  # a stuck problem is recorded as "deadline", the demo goes on
+        combos=build_combos(strategies, ns),
+        backend=BackendSetup(spec),
+        folder=RunFolder(out),
+        sampling=Sampling(
+            SamplingParams(max_tokens=max_tokens, temperature=0.7),
+            budget=Budget(deadline_s=90.0),  # a stuck problem is recorded as "deadline", the demo goes on
+        ),
     )
     started = time.monotonic()
     anyio.run(run_eval, spec_obj, backend)

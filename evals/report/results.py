@@ -157,7 +157,7 @@ def sweep(task_name: str, limit: int, combos: list[Any], args: argparse.Namespac
     import anyio
 
     from evals.run.runner import run_eval
-    from evals.run.spec import EvalSpec
+    from evals.run.spec import BackendSetup, EvalSpec, RunFolder, Sampling
     from evals.tasks import Selection, get_task, load_task
     from paragen.config import Budget
     from paragen.types import SamplingParams
@@ -168,10 +168,10 @@ def sweep(task_name: str, limit: int, combos: list[Any], args: argparse.Namespac
     seeds = _ints(args.seeds)
     one_seed = seeds[0] if len(seeds) == 1 else None
     spec = EvalSpec(
-        task=task, problems=loaded.problems, combos=combos, out=out, backend_spec="engine",
-        data=loaded.source, resume=(out / "records.jsonl").exists(), max_concurrent=8,
-        sampling=SamplingParams(max_tokens=max_tokens, temperature=0.7, seed=one_seed),
-        seeds=seeds if len(seeds) > 1 else [], budget=Budget(deadline_s=300.0),
+        task=task, problems=loaded.problems, data=loaded.source, combos=combos,
+        backend=BackendSetup("engine"), folder=RunFolder(out, resume=(out / "records.jsonl").exists()),
+        sampling=Sampling(SamplingParams(max_tokens=max_tokens, temperature=0.7, seed=one_seed),
+                          seeds=seeds if len(seeds) > 1 else [], budget=Budget(deadline_s=300.0)),
     )  # fmt: skip
     anyio.run(run_eval, spec, backend)
     return Path(out)

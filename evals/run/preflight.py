@@ -24,7 +24,7 @@ async def check_sweep(spec: EvalSpec, backend: Backend) -> dict[str, Any]:
     strategies = [(f"{c.name} n={c.n}", c.strategy) for c in spec.combos]
     warnings: list[str] = []
     if spec.problems:
-        verdict = await preflight(backend, strategies, spec.problems[0], sampling=spec.sampling)
+        verdict = await preflight(backend, strategies, spec.problems[0], sampling=spec.sampling.params)
         verdict.raise_errors()
         warnings += verdict.warnings
     provenance = model_provenance(backend, spec.preset)

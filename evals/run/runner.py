@@ -43,7 +43,7 @@ from evals.run.records import (
     write_run_info,
 )
 from evals.run.shards import check_shard_resume, shard_info
-from evals.run.spec import EvalSpec, owned_problems, seed_samplings
+from evals.run.spec import EvalSpec, owned_problems
 from paragen.backends.base import Backend
 from paragen.metrics import Metrics
 from paragen.orchestrator import Orchestrator
@@ -67,23 +67,19 @@ class _Tally:
         return f"{combo.name} n={combo.n} acc={acc:.0%} tok={self.tokens}"
 
 
-_SECRET_HINTS = ("key", "secret", "password", "token", "auth")
 MAX_TRACEBACK_CHARS = 20_000  # the end of a traceback is where it was raised
 
 
 def run_settings(spec: EvalSpec) -> RunSettings:
     """What decides the results besides problem and strategy (secrets never enter it)."""
-    options = {
-        k: v for k, v in spec.backend_options.items() if not any(h in k.lower() for h in _SECRET_HINTS)
-    }
     return RunSettings(
         task=spec.task.name,
         data_sha256=spec.data.rows_sha256,
         grading_mode=spec.task.grading,
-        backend=spec.backend_spec,
-        backend_options=options,
-        sampling=spec.sampling.model_copy(update={"seed": None}) if len(spec.seeds) > 1 else spec.sampling,
-        budget=spec.budget,
+        backend=spec.backend.spec,
+        backend_options=spec.backend.recorded_options(),
+        sampling=spec.sampling.setting(),
+        budget=spec.sampling.budget,
         prompt=prompt_setting(spec_template(spec)),
     )
 
@@ -95,8 +91,8 @@ def spec_template(spec: EvalSpec) -> PromptTemplate:
 
 def fresh_run_info(spec: EvalSpec) -> RunInfo:
     info = _whole_run_info(spec)
-    if spec.shard is not None:
-        info.shard = shard_info(info, spec.shard)
+    if spec.execution.shard is not None:
+        info.shard = shard_info(info, spec.execution.shard)
     return info
 
 
@@ -111,10 +107,10 @@ def _whole_run_info(spec: EvalSpec) -> RunInfo:
             for c in spec.combos
         ],
         problems=[p.id for p in spec.problems],
-        seed=spec.seed,
-        max_concurrent=spec.max_concurrent,
+        seed=spec.shuffle_seed,
+        max_concurrent=spec.execution.max_concurrent,
         versions=versions(),
-        seeds=spec.seeds if len(spec.seeds) > 1 else [],
+        seeds=spec.sampling.seeds if len(spec.sampling.seeds) > 1 else [],
         prompt=PromptRecord.of(spec_template(spec)),
         preset=spec.preset,
     )
@@ -132,9 +128,9 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     metrics.watch(backend)
     orch = Orchestrator(
         backend,
-        defaults=spec.sampling,
-        budget=spec.budget,
-        max_concurrent_problems=spec.max_concurrent,
+        defaults=spec.sampling.params,
+        budget=spec.sampling.budget,
+        max_concurrent_problems=spec.execution.max_concurrent,
         metrics=metrics,
     )
     # Opened (and probed) before the run folder is touched: a server that cannot be reached or
@@ -147,7 +143,8 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
 
 
 async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
-    grader = Grader(workers=spec.grader_workers, equivalence=spec.task.equivalence)
+    grader = Grader(workers=spec.execution.grader_workers, equivalence=spec.task.equivalence)
+    folder = spec.folder
     try:
         # The grading processes start and are waited for before any problem: started at the first
         # answer, they would take the CPU from the problems then in flight (the first strategy's latencies).
@@ -159,26 +156,26 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
         provenance = await check_sweep(spec, orch.backend)
         await anyio.to_thread.run_sync(grader.wait_started)
         fresh = fresh_run_info(spec).model_copy(update=provenance)
-        check_shard_resume(spec.out, fresh)
-        run_info = prepare_run(spec.out, fresh, resume=spec.resume, new_run=spec.new_run)
-        writer = RecordWriter.open(spec.out)
+        check_shard_resume(folder.path, fresh)
+        run_info = prepare_run(folder.path, fresh, resume=folder.resume, new_run=folder.new_run)
+        writer = RecordWriter.open(folder.path)
         run_info.partial = True  # until the sweep has recorded every problem (a kill leaves it so)
-        write_run_info(spec.out, run_info)
+        write_run_info(folder.path, run_info)
         try:
-            with _progress(spec.progress) as progress:
+            with _progress(spec.execution.progress) as progress:
                 sweep = _Sweep(spec, orch, grader, writer, run_info, progress)
-                for sampling in seed_samplings(spec):
+                for sampling in spec.sampling.passes():
                     orch.defaults = sampling
-                    if await sweep.run_combos() and spec.fail_fast:
+                    if await sweep.run_combos() and spec.execution.fail_fast:
                         break
             run_info.partial = not sweep_complete(spec, run_info)
         finally:
             if orch.metrics is not None:  # what this invocation ran, also when it was cut short
                 run_info.metrics = orch.metrics.values()
-            write_run_info(spec.out, run_info)  # partial stays True when the sweep was cut short
+            write_run_info(folder.path, run_info)  # partial stays True when the sweep was cut short
     finally:
         await anyio.to_thread.run_sync(grader.close)
-    return ordered_records(spec, run_info, load_records(spec.out).latest())
+    return ordered_records(spec, run_info, load_records(folder.path).latest())
 
 
 @dataclass
@@ -197,7 +194,7 @@ class _Sweep:
         failed = False
         for combo in self.spec.combos:
             failed = await self.run_combo(combo) or failed
-            if failed and self.spec.fail_fast:
+            if failed and self.spec.execution.fail_fast:
                 break
         return failed
 
@@ -220,7 +217,7 @@ class _Sweep:
                     )
                     await self._record(failure)
                     self.progress.update(bar, advance=1)
-                    if spec.fail_fast:
+                    if spec.execution.fail_fast:
                         return True
                     continue
                 grades = await anyio.to_thread.run_sync(self.grader.grade_many, [(outcome, problem.gold)])
@@ -270,9 +267,9 @@ def make_record(
         strategy_config=config,
         result=result,
         grade=GradeRecord.model_validate(grade.as_dict()),
-        backend=spec.backend_spec,
-        sampling=sampling or spec.sampling,
-        seed=spec.seed,
+        backend=spec.backend.spec,
+        sampling=sampling or spec.sampling.params,
+        seed=spec.shuffle_seed,
         versions=run_info.versions,
         recorded_at=time.time(),
         prompt=None if run_info.prompt is None else run_info.prompt.ref(),
@@ -310,13 +307,13 @@ def sweep_complete(spec: EvalSpec, run_info: RunInfo) -> bool:
     """Whether every (seed, configuration) of this sweep has a record (a result or not) for every
     problem of the run, those of earlier invocations included (a resume over fewer problems does not
     clear the mark of a run whose other problems were cut short)."""
-    recorded = {r.key for r in load_records(spec.out).latest()}
+    recorded = {r.key for r in load_records(spec.folder.path).latest()}
     if run_info.shard is not None:  # a shard holds only the units it owns
         from evals.run.shards import shard_units
 
         owned = shard_units(run_info, run_info.shard.indices, run_info.shard.count)
         return all(key in recorded for key in owned)
-    for sampling in seed_samplings(spec):
+    for sampling in spec.sampling.passes():
         seed = -1 if sampling.seed is None else sampling.seed
         for combo in spec.combos:
             sid = settings_id(run_info.settings, combo.strategy.config.model_dump(mode="json"))
@@ -332,7 +329,7 @@ def ordered_records(spec: EvalSpec, run_info: RunInfo, records: Sequence[EvalRec
     """Records of this sweep in input order: configuration by configuration, problem by problem."""
     by_key: dict[Key, EvalRecord] = {r.key: r for r in records}
     ordered = []
-    for sampling in seed_samplings(spec):
+    for sampling in spec.sampling.passes():
         for combo in spec.combos:
             for problem in spec.problems:
                 found = by_key.get(combo_key(spec, run_info, combo, problem, seed=sampling.seed))

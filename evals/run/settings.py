@@ -16,7 +16,7 @@ from typing import Any
 
 from evals.run.presets import Preset
 from evals.run.shards import Shard
-from evals.run.spec import EvalSpec
+from evals.run.spec import BackendSetup, EvalSpec, Execution, RunFolder, Sampling
 from evals.tasks import Selection
 from evals.tasks.loading import SourceChoice
 from paragen.cli_options import BackendChoice, unique, validated
@@ -137,12 +137,13 @@ def build_spec(request: SweepRequest, backend: BackendChoice) -> EvalSpec:
     combos = build_combos(request.strategies, request.ns, options)
     loaded = load_task(task, selection, source=source)
     return EvalSpec(
-        task=task, problems=loaded.problems, combos=combos, out=request.out, backend_spec=backend.shown,
-        data=loaded.source, backend_options=backend.options, resume=request.resume,
-        new_run=request.new_run, max_concurrent=request.max_concurrent, sampling=sampling, budget=budget,
-        seed=request.shuffle or 0, seeds=request.seeds if len(request.seeds) > 1 else [],
-        progress=request.progress, fail_fast=request.fail_fast, shard=request.shard, prompt=template,
-        preset=request.preset,
+        task=task, problems=loaded.problems, data=loaded.source, combos=combos,
+        backend=BackendSetup(backend.shown, backend.options),
+        folder=RunFolder(request.out, resume=request.resume, new_run=request.new_run),
+        sampling=Sampling(sampling, seeds=request.seeds if len(request.seeds) > 1 else [], budget=budget),
+        execution=Execution(max_concurrent=request.max_concurrent, progress=request.progress,
+                            fail_fast=request.fail_fast, shard=request.shard),
+        prompt=template, preset=request.preset, shuffle_seed=request.shuffle or 0,
     )  # fmt: skip
 
 

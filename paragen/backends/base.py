@@ -51,13 +51,11 @@ class Capabilities(BaseModel):
     per_choice_abort: bool = False  # stream.abort(index) stops one choice of an n > 1 request
     logprobs: bool = False
     top_logprobs: int = 0  # how many alternatives per token it can return (0 = none)
-    prompt_cache_reporting: bool = False  # usage.cached_prompt_tokens is filled in
     shared_cache: bool = False  # Hogwild!-style workers over one KV cache (engine only)
     raw_prompt: bool = True  # accepts a raw text prompt (completions), not only chat
     chat: bool = True  # accepts chat messages
     continue_final: bool = False  # can continue a prefilled assistant message
     tools: bool = False  # takes function calling (GenerateRequest.tools) and streams tool calls
-    tokenizer: bool = False  # count_tokens() is exact (else it estimates)
     fork: bool = False  # fork(stream, index, num_tokens, suffix, request): a probe from a live KV cache
     # How the model marks its thinking in its text, split client-side where the server does not
     # send it apart (see paragen.reasoning); "none" keeps the whole text as the answer.

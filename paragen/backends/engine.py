@@ -50,12 +50,10 @@ CAPABILITIES = Capabilities(
     per_choice_abort=True,
     logprobs=True,
     top_logprobs=20,
-    prompt_cache_reporting=True,
     shared_cache=True,
     raw_prompt=True,
     chat=True,
     continue_final=True,
-    tokenizer=True,
     fork=True,
 )
 

@@ -109,11 +109,9 @@ class OpenAIBackend:
             per_choice_abort=False,  # server-side n > 1 can only be aborted all together
             logprobs=True,
             top_logprobs=20 if kind != "llama_cpp" else 10,
-            prompt_cache_reporting=kind in ("vllm", "sglang", "openai"),
             raw_prompt=endpoint != "chat",
             chat=endpoint != "completions",
             continue_final=endpoint != "completions" and kind in ("vllm", "sglang"),
-            tokenizer=kind in _TOKENIZE,
             tools=endpoint != "completions",
             thinking=self.config.thinking.format,
             thinking_budget=self.config.enforces_thinking_budgets and kind in THINKING_BUDGET_FIELD,

@@ -104,9 +104,7 @@ class ScriptedBackend:
         # every token is a checkpoint, which the tests that interleave streams token by token need.
         self._coalesce = coalesce
         self._precise = precise
-        self._capabilities = capabilities or Capabilities(
-            logprobs=True, continue_final=True, tokenizer=True, tools=True
-        )
+        self._capabilities = capabilities or Capabilities(logprobs=True, continue_final=True, tools=True)
         self.streams: list[StreamRecord] = []  # the latest keep_streams, oldest first
         self.num_streams = 0
         self.calls = 0

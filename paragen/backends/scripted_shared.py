@@ -175,7 +175,7 @@ class ScriptedSharedBackend(ScriptedBackend):
         make_session: Callable[[], ScriptedSharedSession],
         responder: Responder | Sequence[Script | str] | None = None,
     ) -> None:
-        caps = Capabilities(shared_cache=True, continue_final=True, tokenizer=True, logprobs=True)
+        caps = Capabilities(shared_cache=True, continue_final=True, logprobs=True)
         super().__init__(responder, capabilities=caps)
         self._make_session = make_session
         self.sessions: list[ScriptedSharedSession] = []

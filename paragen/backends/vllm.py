@@ -161,9 +161,7 @@ class VLLMBackend:
             per_choice_abort=False,  # vLLM aborts a request with all its choices
             logprobs=True,
             top_logprobs=20,
-            prompt_cache_reporting=True,
             continue_final=True,
-            tokenizer=True,
             thinking=self.config.thinking,
             thinking_budget=self._thinking_budgets,
         )

@@ -35,6 +35,10 @@ from paragen.backends.base import Backend, Capabilities, CompletionStream, estim
 from paragen.errors import BackendError, ConfigError
 from paragen.types import Delta, GenerateRequest, Usage
 
+# Capabilities that recordings made by earlier versions carry and that no strategy ever read:
+# replay drops them, so those recordings still load under Capabilities' extra="forbid".
+RETIRED_CAPABILITIES = frozenset({"prompt_cache_reporting", "tokenizer"})
+
 _ExitArgs = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
 
 
@@ -239,7 +243,8 @@ class Replay:
                 record = json.loads(line)
                 self._records[record["key"]].append(record)
                 first_capabilities = first_capabilities or record.get("capabilities")
-        self._capabilities = capabilities or Capabilities.model_validate(first_capabilities or {})
+        recorded = {k: v for k, v in (first_capabilities or {}).items() if k not in RETIRED_CAPABILITIES}
+        self._capabilities = capabilities or Capabilities.model_validate(recorded)
 
     @classmethod
     def from_spec(cls, target: str | None, **options: Any) -> Replay:

@@ -106,7 +106,8 @@ async def test_llama_cpp_has_no_native_n(server: FakeServer) -> None:
     backend = make(server)
     assert not backend.capabilities.native_n  # before probing: the safe default
     caps = await backend.probe()
-    assert not caps.native_n and caps.tokenizer and not caps.per_choice_abort
+    assert not caps.native_n and not caps.per_choice_abort
+    assert (await backend.count_tokens("x"))[1] == "tokenizer"  # llama.cpp's /extras/tokenize
     with pytest.raises(ConfigError, match="n > 1"):
         await generate(backend, GenerateRequest(prompt="x", n=2))
 

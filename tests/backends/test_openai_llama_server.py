@@ -143,7 +143,8 @@ async def test_probe_and_capabilities(llama_server: str) -> None:
     caps = await backend.probe()
     info = await backend.server_info(backend.pool.replicas[0])
     assert info.kind == "llama_cpp" and info.model.endswith(".gguf")
-    assert not caps.native_n and not caps.per_choice_abort and caps.tokenizer
+    assert not caps.native_n and not caps.per_choice_abort
+    assert (await backend.count_tokens("x"))[1] == "tokenizer"
     with pytest.raises(ConfigError, match="n > 1"):
         await generate(backend, GenerateRequest(prompt="1, 2, 3,", n=2))
     await backend.aclose()

@@ -119,6 +119,19 @@ async def test_record_then_replay_is_faithful(tmp_path: Path) -> None:
     assert [line["complete"] for line in lines] == [True, True]
 
 
+async def test_replay_loads_a_recording_with_retired_capabilities(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    await generate(Record(ScriptedBackend(["one"]), path), GenerateRequest(prompt="x"))
+    [line] = [json.loads(line) for line in path.read_text().splitlines()]
+    line["capabilities"] |= {"tokenizer": True, "prompt_cache_reporting": True, "continue_final": False}
+    path.write_text(json.dumps(line) + "\n")
+    assert not Replay(path).capabilities.continue_final  # the rest is still read
+    line["capabilities"]["no_such_capability"] = True
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(ValueError, match="no_such_capability"):
+        Replay(path)
+
+
 async def test_record_keeps_early_exits_and_errors(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     inner = ScriptedBackend([Script(text="a b c d"), Script(text="x", fail="http500")])

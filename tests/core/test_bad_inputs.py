@@ -502,7 +502,7 @@ def test_option_values_are_read_as_the_fields_type() -> None:
 def test_eval_api_refuses_zero_concurrency_before_writing(tmp_path: Path) -> None:
     from evals.run.combos import build_combos
     from evals.run.runner import run_eval
-    from evals.run.spec import EvalSpec
+    from evals.run.spec import BackendSetup, EvalSpec, Execution, RunFolder
     from evals.tasks import Selection, get_task, load_task
 
     task = get_task("arith")
@@ -510,11 +510,11 @@ def test_eval_api_refuses_zero_concurrency_before_writing(tmp_path: Path) -> Non
     spec = EvalSpec(
         task=task,
         problems=loaded.problems,
-        combos=build_combos(["single"], [1]),
-        out=tmp_path / "run",
-        backend_spec="scripted",
         data=loaded.source,
-        max_concurrent=0,
+        combos=build_combos(["single"], [1]),
+        backend=BackendSetup("scripted"),
+        folder=RunFolder(tmp_path / "run"),
+        execution=Execution(max_concurrent=0),
     )
     with pytest.raises(ValueError, match="max_concurrent_problems"):
         anyio.run(run_eval, spec, ScriptedBackend())

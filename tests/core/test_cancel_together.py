@@ -25,7 +25,7 @@ from strategies.ffs import FFS
 
 pytestmark = pytest.mark.anyio
 PROBLEM = Problem(id="p", question="What is 2 + 3?")
-SYNC = Capabilities(native_n=True, per_choice_abort=True, continue_final=True, tokenizer=True)
+SYNC = Capabilities(native_n=True, per_choice_abort=True, continue_final=True)
 GATE_S = 1.0  # how long an abort waits for the others to start before it gives up (a hang guard)
 
 

@@ -95,7 +95,7 @@ async def test_a_sample_cut_off_while_thinking_has_no_answer_even_with_a_box() -
 
 
 async def test_whole_text_format_keeps_the_box_written_while_thinking() -> None:
-    caps = Capabilities(thinking="none", continue_final=True, tokenizer=True)
+    caps = Capabilities(thinking="none", continue_final=True)
     result = await _single([Script(text="<think> maybe \\boxed{41} or more", finish_reason="length")], caps)
     assert result.answer == "41"  # today's whole-text extraction, on request
     assert (result.traces[0].thinking, result.traces[0].reasoning_tokens) == ("none", 0)

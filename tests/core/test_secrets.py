@@ -157,12 +157,13 @@ def test_a_bad_spec_does_not_echo_url_credentials(tmp_path: Path) -> None:
 
 
 def test_eval_api_records_the_spec_without_credentials(tmp_path: Path) -> None:
-    from evals.run.spec import EvalSpec
+    from evals.run.spec import BackendSetup, EvalSpec, RunFolder
     from evals.tasks import Selection, get_task, load_task
 
     url = f"openai:http://u:{KEY}@h/v1"
     loaded = load_task(get_task("arith"), Selection(limit=1), source="bundled")
     spec = EvalSpec(
-        task=get_task("arith"), problems=[], combos=[], out=tmp_path, backend_spec=url, data=loaded.source
-    )
-    assert spec.backend_spec == "openai:http://h/v1"
+        task=get_task("arith"), problems=[], data=loaded.source, combos=[],
+        backend=BackendSetup(url), folder=RunFolder(tmp_path),
+    )  # fmt: skip
+    assert spec.backend.spec == "openai:http://h/v1"

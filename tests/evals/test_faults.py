@@ -11,7 +11,7 @@ from evals_helpers import register_test_strategies
 from evals.run.combos import build_combos
 from evals.run.records import read_records
 from evals.run.runner import run_eval
-from evals.run.spec import EvalSpec
+from evals.run.spec import BackendSetup, EvalSpec, Execution, RunFolder, Sampling
 from evals.tasks import Selection, get_task, load_task
 from paragen.backends.scripted import Script, ScriptedBackend, arithmetic_responder
 from paragen.types import GenerateRequest, SamplingParams
@@ -46,13 +46,12 @@ async def test_eval_with_failing_requests_records_every_problem(tmp_path: Path) 
     spec = EvalSpec(
         task=task,
         problems=problems,
-        combos=build_combos(["t_single", "t_vote"], [4]),
-        out=tmp_path,
-        backend_spec="scripted(flaky)",
         data=loaded.source,
-        max_concurrent=8,
-        sampling=SamplingParams(seed=1),
-        progress=False,
+        combos=build_combos(["t_single", "t_vote"], [4]),
+        backend=BackendSetup("scripted(flaky)"),
+        folder=RunFolder(tmp_path),
+        sampling=Sampling(SamplingParams(seed=1)),
+        execution=Execution(max_concurrent=8, progress=False),
     )
     records = await run_eval(spec, ScriptedBackend(responder))
 

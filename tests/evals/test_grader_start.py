@@ -9,7 +9,7 @@ import pytest
 from evals.run.combos import build_combos
 from evals.run.grading import Grader
 from evals.run.runner import run_eval
-from evals.run.spec import EvalSpec
+from evals.run.spec import BackendSetup, EvalSpec, Execution, RunFolder, Sampling
 from evals.tasks import Selection, get_task, load_task
 from paragen._context import RunContext
 from paragen.backends.scripted import ScriptedBackend, arithmetic_responder
@@ -51,12 +51,12 @@ async def test_the_grader_is_warm_before_any_problem_starts(
     spec = EvalSpec(
         task=task,
         problems=loaded.problems,
-        combos=build_combos(["t_watched"], [1]),
-        out=tmp_path,
-        backend_spec="scripted",
         data=loaded.source,
-        sampling=SamplingParams(seed=1),
-        progress=False,
+        combos=build_combos(["t_watched"], [1]),
+        backend=BackendSetup("scripted"),
+        folder=RunFolder(tmp_path),
+        sampling=Sampling(SamplingParams(seed=1)),
+        execution=Execution(progress=False),
     )
     records = await run_eval(spec, ScriptedBackend(arithmetic_responder))
 

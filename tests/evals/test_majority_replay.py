@@ -17,7 +17,7 @@ from evals.report.build import build_report
 from evals.run.combos import build_combos
 from evals.run.grading import Grader
 from evals.run.runner import run_eval
-from evals.run.spec import EvalSpec
+from evals.run.spec import BackendSetup, EvalSpec, Execution, RunFolder, Sampling
 from evals.tasks import Selection, get_task, load_task
 from paragen.backends.scripted import Script, ScriptedBackend, arithmetic_responder
 from paragen.types import GenerateRequest, SamplingParams
@@ -40,13 +40,12 @@ async def test_offline_majority_at_n_equals_the_live_vote(tmp_path: Path, grader
     spec = EvalSpec(
         task=task,
         problems=loaded.problems,
-        combos=build_combos(["majority"], [2, 4]),
-        out=tmp_path,
-        backend_spec="scripted(tie-prone)",
         data=loaded.source,
-        max_concurrent=8,
-        sampling=SamplingParams(seed=3),
-        progress=False,
+        combos=build_combos(["majority"], [2, 4]),
+        backend=BackendSetup("scripted(tie-prone)"),
+        folder=RunFolder(tmp_path),
+        sampling=Sampling(SamplingParams(seed=3)),
+        execution=Execution(max_concurrent=8, progress=False),
     )
     records = await run_eval(spec, ScriptedBackend(tie_prone))
     assert len(records) == 40

@@ -12,7 +12,7 @@ from evals.cli import app
 from evals.run.combos import build_combos
 from evals.run.prompts import get_template, prompt_setting
 from evals.run.runner import run_eval
-from evals.run.spec import EvalSpec
+from evals.run.spec import BackendSetup, EvalSpec, Execution, RunFolder
 from evals.tasks import Selection, get_task, load_task
 from paragen.backends.scripted import ScriptedBackend
 from paragen.errors import ConfigError
@@ -87,9 +87,10 @@ def test_a_bad_prompt_is_one_line_and_exit_2(spec: str, tmp_path: Path) -> None:
 async def test_a_sweep_asks_in_its_template_and_records_it(tmp_path: Path) -> None:
     task = get_task("arith")
     loaded = load_task(task, Selection(limit=2))
-    spec = EvalSpec(task=task, problems=loaded.problems, combos=build_combos(["single"], None),
-                    out=tmp_path / "r", backend_spec="scripted", data=loaded.source,
-                    prompt=get_template("matharena"), progress=False, grader_workers=1)  # fmt: skip
+    spec = EvalSpec(task=task, problems=loaded.problems, data=loaded.source,
+                    combos=build_combos(["single"], None), backend=BackendSetup("scripted"),
+                    folder=RunFolder(tmp_path / "r"), execution=Execution(progress=False, grader_workers=1),
+                    prompt=get_template("matharena"))  # fmt: skip
     backend = ScriptedBackend()
     records = await run_eval(spec, backend)
     asked = [s.request.messages or () for s in backend.streams]

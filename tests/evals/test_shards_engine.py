@@ -18,7 +18,7 @@ from evals.run.merge import merge_shards
 from evals.run.records import RECORDS_FILE, EvalRecord, read_records
 from evals.run.runner import run_eval
 from evals.run.shards import Shard
-from evals.run.spec import EvalSpec
+from evals.run.spec import BackendSetup, EvalSpec, Execution, RunFolder, Sampling
 from evals.tasks import Selection, get_task, load_task
 from paragen.backends.base import Backend
 from paragen.cli_options import choose_backend
@@ -36,15 +36,12 @@ def _spec(out: Path, shard: Shard | None, *, resume: bool = False) -> EvalSpec:
     return EvalSpec(
         task=task,
         problems=loaded.problems,
-        combos=build_combos(["single", "majority"], [2]),
-        out=out,
-        backend_spec="engine",
         data=loaded.source,
-        sampling=SamplingParams(max_tokens=16, temperature=0.7, seed=7),
-        max_concurrent=1,
-        progress=False,
-        resume=resume,
-        shard=shard,
+        combos=build_combos(["single", "majority"], [2]),
+        backend=BackendSetup("engine"),
+        folder=RunFolder(out, resume=resume),
+        sampling=Sampling(SamplingParams(max_tokens=16, temperature=0.7, seed=7)),
+        execution=Execution(max_concurrent=1, progress=False, shard=shard),
     )
 
 
@@ -67,7 +64,7 @@ async def _run_until_first_record(spec: EvalSpec, backend: Backend) -> None:
     async with anyio.create_task_group() as group:
         group.start_soon(run_eval, spec, backend)
         # Polled: the record is written by the sweep's own writer, which offers no event to wait on.
-        while not (spec.out / RECORDS_FILE).is_file() or not read_records(spec.out):  # noqa: ASYNC110
+        while not (spec.folder.path / RECORDS_FILE).is_file() or not read_records(spec.folder.path):  # noqa: ASYNC110
             await anyio.sleep(0.01)
         group.cancel_scope.cancel()
 

@@ -13,7 +13,7 @@ from paragen.strategy import Strategy
 from paragen.types import Delta, GenerateRequest, Problem, SamplingParams, StrategyResult, Trace
 
 PROBLEM = Problem(id="p", question="What is 2 + 3?", gold="5")
-SYNC = Capabilities(native_n=True, per_choice_abort=True, logprobs=True, continue_final=True, tokenizer=True)
+SYNC = Capabilities(native_n=True, per_choice_abort=True, logprobs=True, continue_final=True)
 
 
 def words(n: int, answer: str | None = None, stem: str = "step") -> str:

@@ -111,9 +111,7 @@ async def test_nothinking_prefills_a_closed_thinking_block() -> None:
 
 @pytest.mark.anyio
 async def test_nothinking_falls_back_without_continue_final() -> None:
-    result, backend = await run(
-        NoThinking(n=2), [Script(text="\\boxed{5}")], caps=Capabilities(tokenizer=True)
-    )
+    result, backend = await run(NoThinking(n=2), [Script(text="\\boxed{5}")], caps=Capabilities())
     assert not backend.streams[0].request.continue_final and result.metrics["prefilled"] == 0.0
 
 

@@ -107,7 +107,7 @@ async def test_with_n_samples_each_stops_on_its_own_then_they_vote() -> None:
 
 @pytest.mark.anyio
 async def test_a_backend_that_cannot_continue_a_reply_is_refused() -> None:
-    backend = _backend(LONG, {}, caps=Capabilities(tokenizer=True))
+    backend = _backend(LONG, {}, caps=Capabilities())
     with pytest.raises(ConfigError, match="continuing its text"):
         await _run(Dynasor(), backend)
 

@@ -23,7 +23,7 @@ from paragen.types import Delta, GenerateRequest, StrategyResult, Trace
 from strategies._confidence import confident_vote, keep_top, token_confidences, trace_score
 from strategies.deepconf import DeepConf, DeepConfOnline
 
-OWN = Capabilities(logprobs=True, continue_final=True, tokenizer=True, top_logprobs=20)  # one request each
+OWN = Capabilities(logprobs=True, continue_final=True, top_logprobs=20)  # one request each
 SHARED = SYNC.model_copy(update={"top_logprobs": 20})  # n choices of one stream (the engine's way)
 _CONF = re.compile(r"\s*c(\d+)")
 Spec = tuple[Sequence[int], str | None]  # a trace: its tokens' confidences, its answer
