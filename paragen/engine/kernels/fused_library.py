@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paragen.engine.loader import cache_dir
+from paragen.engine.cache_folder import cache_dir
 
 log = logging.getLogger("paragen.engine")
 
