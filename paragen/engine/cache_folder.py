@@ -27,11 +27,7 @@ def file_sha256(path: Path) -> str:
     known = _read(cache)
     if key in known:
         return known[key]
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    known[key] = digest.hexdigest()
+    known[key] = sha256_of(path)
     _write(cache, known)
     return known[key]
 
@@ -54,3 +50,12 @@ def _write(cache: Path, known: dict[str, str]) -> None:
         os.replace(tmp, cache)
     except OSError:
         pass
+
+
+def sha256_of(path: Path) -> str:
+    """The file's sha256, read now (no index)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

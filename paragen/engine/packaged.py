@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from paragen.engine import gguf_parts
-from paragen.engine.cache_folder import cache_dir, file_sha256
-from paragen.engine.gguf_parts import PackagedModel, WheelPart, sha256_of
+from paragen.engine.cache_folder import cache_dir, file_sha256, sha256_of
+from paragen.engine.gguf_parts import PackagedModel, WheelPart
 from paragen.errors import ConfigError
 
 
