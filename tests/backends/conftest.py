@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from openai_fakes import FakeServer
 from otlp_receiver import Receiver
+from real_servers import Server, start_vllm
 
 
 @pytest.fixture
@@ -23,3 +24,12 @@ def receiver() -> Iterator[Receiver]:
     yield server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One plain `vllm serve` of SmolLM2 for every module that needs no server flags: a vLLM start
+    costs a minute or more of a 2-core CI machine, and the tests read only their own requests' counts."""
+    server = start_vllm(tmp_path_factory.mktemp("vllm") / "server.log")
+    yield server
+    server.stop()

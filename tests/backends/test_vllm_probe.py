@@ -3,11 +3,10 @@ and vLLM serves that prefix from its prefix cache (its cached-prompt count is th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 
 import pytest
-from real_servers import Server, start_vllm
+from real_servers import Server
 
 from paragen.backends.base import CompletionStream
 from paragen.backends.openai import OpenAIBackend
@@ -27,13 +26,6 @@ pytestmark = [pytest.mark.server, pytest.mark.vllm_server, pytest.mark.anyio]
 
 BLOCK = 128  # vLLM's KV block on its CPU backend: only whole blocks are cached
 QUESTION = "Fruit, one per line:\n" + "apple\npear\nplum\n" * 60 + "\nHow many lines name a pear?"
-
-
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_vllm(tmp_path_factory.mktemp("vllm-probe") / "server.log")
-    yield server
-    server.stop()
 
 
 async def test_probes_continue_the_sample_and_hit_the_prefix_cache(vllm_server: Server) -> None:

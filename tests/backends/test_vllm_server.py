@@ -7,13 +7,12 @@ started per session (about a minute with --enforce-eager; see docs/openai-backen
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
-from real_servers import SERVED_NAME, Server, start_llama, start_vllm
+from real_servers import SERVED_NAME, Server, start_llama
 
 from paragen.backends import openai_stream
 from paragen.backends.base import generate
@@ -37,13 +36,6 @@ def anyio_backend() -> str:
 pytestmark = [pytest.mark.server, pytest.mark.vllm_server, pytest.mark.anyio]
 
 NO_EOS = {"ignore_eos": True}  # vLLM's extra: run to max_tokens, so a leak would be large
-
-
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_vllm(tmp_path_factory.mktemp("vllm") / "server.log")
-    yield server
-    server.stop()
 
 
 def greedy(max_tokens: int, **changes: object) -> SamplingParams:
