@@ -100,14 +100,14 @@ def describe_model(spec: str | None) -> PageModel:
     key = model_key(spec)
     text = MODEL_TEXT.get(key, ModelText())
     path, origin = _weights(spec, text)
-    title, quant = gguf_facts(path)
+    title, short, quant = gguf_facts(path)
     lines = (
         f"- Model: {title} (GGUF general.name), `{key}`, on the in-process engine (`-b engine:{spec}`).",
         f"- Quantisation: {quant}; dequantised when the engine loads it (its compute dtype: see Machine).",
         f"- Weights: {origin}.",
         f"- License: {text.license}.",
     )
-    return PageModel(spec, key, title, lines, text)
+    return PageModel(spec, key, f"{title}, {short}", lines, text)
 
 
 def _weights(spec: str, text: ModelText) -> tuple[Path, str]:
@@ -133,8 +133,9 @@ def _weights(spec: str, text: ModelText) -> tuple[Path, str]:
     return path, f"the local file {path}, sha256 {file_sha256(path)}{said}"
 
 
-def gguf_facts(path: Path) -> tuple[str, str]:
-    """The GGUF's general.name and its quantisation: the file type and the count of each tensor type."""
+def gguf_facts(path: Path) -> tuple[str, str, str]:
+    """The GGUF's general.name, its file type in a word (Q4_K_M) and in full (with the file type's
+    number and the count of each tensor type)."""
     import gguf
 
     try:
@@ -143,16 +144,17 @@ def gguf_facts(path: Path) -> tuple[str, str]:
         raise ConfigError(f"{path.name} is not a readable GGUF file: {exc}") from exc
     name_field, type_field = reader.get_field("general.name"), reader.get_field("general.file_type")
     title = str(name_field.contents()) if name_field is not None else path.stem
-    file_type = "file type not recorded"
+    short, number = "file type not recorded", None
     if type_field is not None:
         number = int(type_field.contents())
         try:
-            file_type = gguf.LlamaFileType(number).name.removeprefix("MOSTLY_") + f" (file type {number})"
+            short = gguf.LlamaFileType(number).name.removeprefix("MOSTLY_")
         except ValueError:
-            file_type = f"file type {number}"
+            short = f"file type {number}"
     tensors = Counter(t.tensor_type.name for t in reader.tensors)
     counts = ", ".join(f"{count} {kind}" for kind, count in tensors.most_common())
-    return title, f"{file_type}; tensors: {counts}"
+    detail = short if number is None else f"{short} (file type {number})"
+    return title, short, f"{detail}; tensors: {counts}"
 
 
 def machine(dtype: str) -> str:

@@ -102,7 +102,7 @@ def test_the_header_reads_the_quantisation_and_name_from_the_gguf(tmp_path: Path
     writer.close()
     model = describe_model(str(path))
     text = "\n".join(model.lines)
-    assert (model.key, model.label) == ("tiny", "Tiny Test Model")
+    assert (model.key, model.label) == ("tiny", "Tiny Test Model, Q8_0")
     assert "Quantisation: Q8_0 (file type 7); tensors: 2 F32" in text
     assert f"the local file {path}, sha256 " in text
     assert model.text.findings == NEUTRAL and describe_model(None).text.findings == CAN_AND_CANNOT
