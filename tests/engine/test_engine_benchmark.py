@@ -62,24 +62,24 @@ def test_the_default_model_s_gguf_is_the_one_llamacpp_runs(bench: ModuleType) ->
 
 
 def test_a_skipped_model_is_a_line_and_null_in_the_json(
-    bench: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     measured: list[str | None] = []
 
-    def primary(
-        target: str | None, args: Any
-    ) -> dict[str, Any]:  # SmolLM2's minutes of figures, stood in for
-        measured.append(target)
+    def primary(target: str | None, args: Any) -> dict[str, Any]:
+        measured.append(target)  # stands in for SmolLM2's minutes of figures
         return {"vs_llamacpp_n8": 1.0}
 
     monkeypatch.setattr(bench, "primary", primary)
-    bench.main(["--tokens", "1"])
+    broken = tmp_path / "broken.gguf"  # there, but no GGUF: its load fails after the check
+    broken.write_bytes(b"GGUF")
+    bench.main(["--tokens", "1", "--also", f"{CAPABLE},{broken}"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert measured == [None]
-    assert any(
-        line.startswith(f"model {CAPABLE} skipped: ") and "paragen model install" in line for line in lines
-    )
-    assert json.loads(lines[-1]) == {"vs_llamacpp_n8": 1.0, CAPABLE: None}
+    install = f"paragen model install {CAPABLE}"
+    assert any(line.startswith(f"model {CAPABLE} skipped: ") and install in line for line in lines)
+    assert any(line.startswith(f"model {broken} skipped: cannot convert GGUF") for line in lines)
+    assert json.loads(lines[-1]) == {"vs_llamacpp_n8": 1.0, CAPABLE: None, str(broken): None}
 
 
 def test_the_llamacpp_child_reads_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
