@@ -66,12 +66,13 @@ results: setup
 results-qwen: setup
 	$(PY) -m evals.report.results --model qwen2.5-coder-0.5b --size capable $(RESULTS_ARGS)
 
-lint: setup
+# Lint and types need the main venv only, not the llama-server build.
+lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check paragen strategies evals tests benchmarks tools
 	$(VENV)/bin/ruff format --check paragen strategies evals tests benchmarks tools
 
 # The tests too, one folder at a time: each folder's conftest.py is its own top-level module `conftest`.
-typecheck: setup
+typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict tests/conftest.py
 	for dir in $$(ls -d tests/*/ | grep -v __pycache__); do $(VENV)/bin/mypy --strict $$dir || exit 1; done
