@@ -157,12 +157,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--n", default=None, help="comma-separated n values")
     parser.add_argument("--seeds", default=None, help="comma-separated sampling seeds")
     parser.add_argument(
+        "--strategies", default=None, help="comma-separated rows to run (default: every row of ROWS)"
+    )
+    parser.add_argument(
         "--runs", type=Path, default=None, help="run folders (default: runs/results[-MODEL]-SIZE)"
     )
     parser.add_argument("--page", type=Path, default=None, help="default: docs/results[-MODEL].md")
     parser.add_argument("--assets", type=Path, default=ROOT / "docs" / "results", help="the plots' folder")
     parser.add_argument("--note", default="", help="a line about this run, printed under the header")
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     for key, value in PRESETS[args.size].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -217,7 +221,7 @@ def combos_for(task: str, args: argparse.Namespace) -> list[Any]:
     ns, tokens = _ints(args.n), getattr(args, f"{task}_tokens")
     picked = {"all": ns, "min": ns[:1], "max": ns[-1:]}
     combos = []
-    for row in ROWS:
+    for row in chosen_rows(args):
         if not plan.every_row and not row.long_tasks:
             continue
         row_ns = [n for n in (picked[row.ns] if plan.every_row else picked[row.ns][-1:]) if n >= row.min_n]
@@ -226,6 +230,19 @@ def combos_for(task: str, args: argparse.Namespace) -> list[Any]:
         options = {key: tokens if value == TOKENS else value for key, value in row.options.items()}
         combos += build_combos([row.name], row_ns, {row.name: options})
     return combos
+
+
+def chosen_rows(args: argparse.Namespace) -> list[Row]:
+    """The rows of ``--strategies`` (every row when it is not given), in ROWS' order."""
+    if args.strategies is None:
+        return list(ROWS)
+    wanted = {name.strip() for name in args.strategies.split(",") if name.strip()}
+    return [row for row in ROWS if row.name in wanted]
+
+
+def unknown_rows(args: argparse.Namespace) -> list[str]:
+    names = [name.strip() for name in (args.strategies or "").split(",") if name.strip()]
+    return [name for name in names if name not in {row.name for row in ROWS}]
 
 
 def planned(args: argparse.Namespace) -> list[TaskPlan]:
@@ -318,9 +335,12 @@ def settings(args: argparse.Namespace) -> list[str]:
             _options(row.options),
             ", ".join(t.title for t in tasks if t.every_row or row.long_tasks) or "-",
         ]
-        for row in ROWS
+        for row in chosen_rows(args)
     ]
     left_out = "; ".join(f"`{name}`: {why}" for name, why in EXCLUDED.items())
+    not_run = [f"`{row.name}`" for row in ROWS if row not in chosen_rows(args)]
+    if not_run:  # --strategies: the page says which rows this invocation skipped, not why they fail
+        left_out += f"; not run in this invocation (`--strategies`): {', '.join(not_run)}"
     long_ones = [t.title for t in tasks if not t.every_row]
     return [
         "**Settings**"
@@ -346,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if not planned(args):
         print("make results: every task has 0 problems; nothing to run", file=sys.stderr)
+        return 2
+    if unknown_rows(args) or (args.strategies is not None and not chosen_rows(args)):
+        names = ", ".join(unknown_rows(args)) or "none"
+        print(f"make results: --strategies names no row of the page ({names}); rows: "
+              + ", ".join(row.name for row in ROWS), file=sys.stderr)  # fmt: skip
         return 2
     started = time.monotonic()
     try:

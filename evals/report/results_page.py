@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
@@ -232,8 +233,8 @@ def header(args: argparse.Namespace, runs: dict[str, Path], model: PageModel, dt
         lines += [SMALL_BANNER, ""]
     if args.note:
         lines += [f"Note: {args.note}", ""]
-    cmd = " ".join(["python -m evals.report.results", *(["--model", model.spec] if model.spec else []),
-                    "--size", args.size])  # fmt: skip
+    # The invocation as given: a page made with overrides (--arith, --strategies, ...) names them.
+    cmd = shlex.join(["python", "-m", "evals.report.results", *args.argv])
     problems = listed([f"{count} {title}" for title, count, _ in sizes])
     tokens = " / ".join(f"{limit} ({title})" for title, _, limit in sizes)
     lines += [

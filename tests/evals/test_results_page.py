@@ -10,7 +10,17 @@ import gguf
 import numpy as np
 import pytest
 
-from evals.report.results import EXCLUDED, PRESETS, ROWS, TASKS, combos_for, main, parse_args, planned
+from evals.report.results import (
+    EXCLUDED,
+    PRESETS,
+    ROWS,
+    TASKS,
+    combos_for,
+    main,
+    parse_args,
+    planned,
+    settings,
+)
 from evals.report.results_page import CAN_AND_CANNOT, NEUTRAL, ROOT, busy_seconds, describe_model
 from paragen.registry import STRATEGY_GROUP
 
@@ -86,6 +96,27 @@ def test_a_model_asked_for_but_not_installed_is_one_line_and_exit_2(
     assert len(err.splitlines()) == 1 and "paragen model install qwen2.5-coder-0.5b" in err
     assert main(["--model", str(tmp_path / "absent.gguf"), "--runs", str(tmp_path / "runs")]) == 2
     assert "absent.gguf" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_strategies_picks_rows_and_the_page_names_the_rest_as_not_run() -> None:
+    args = parse_args(["--strategies", "majority,single", "--n", "4,8"])
+    assert [(c.name, c.n) for c in combos_for("arith", args)] == [
+        ("single", 1), ("majority", 4), ("majority", 8)
+    ]  # fmt: skip
+    assert args.argv == ["--strategies", "majority,single", "--n", "4,8"]  # the header prints it
+    text = "\n".join(settings(args))
+    assert "| `majority` | 4,8 |" in text and "| `ffs` |" not in text
+    assert "not run in this invocation (`--strategies`): `best_of_n`" in text
+
+
+@pytest.mark.parametrize("names", ["majority,nosuch", " , "])
+def test_strategies_naming_no_row_is_one_line_and_exit_2(
+    names: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--strategies", names, "--runs", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--strategies names no row" in err
     assert not (tmp_path / "runs").exists()
 
 
