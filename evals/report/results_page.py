@@ -41,8 +41,8 @@ NEUTRAL = """\
 interval holds 0 is not shown to exist at these slice sizes. Latencies are CPU latencies of a
 shared decode batch; on a GPU server the latency ratios between strategies differ."""
 SIZES = """\
-Slice sizes were chosen from the measured per-problem wall times of each setting (the
-`wall s/problem` column) so that the whole page runs in about an hour on 2 CPU cores."""
+The slice sizes are the preset's counts, not yet tuned to this machine: the `wall s/problem`
+column gives each setting's measured cost per problem to choose them by."""
 
 
 @dataclass(frozen=True)
