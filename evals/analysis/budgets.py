@@ -56,17 +56,23 @@ def _sample_costs(item: BankProblem) -> tuple[list[int], list[float]]:
     return lengths, times
 
 
-def _ffs(item: BankProblem, chosen: Sequence[int], lengths: Sequence[int], times: Sequence[float],
+def _ffs(item: BankProblem, order: Sequence[int], lengths: Sequence[int], times: Sequence[float],
          verdicts: Verdicts, voters: int) -> tuple[bool, float, float]:  # fmt: skip
-    """One FFS-``voters`` replay on the samples ``chosen``: (correct, tokens, latency)."""
-    order = sorted(chosen, key=lambda i: (lengths[i], times[i]))
-    answered = [i for i in order if item.answers[i] is not None]
+    """One FFS-``voters`` replay on the samples ``order`` (sorted by finish): (correct, tokens, latency)."""
+    answered = [i for i in order if item.answers[i] is not None][:voters]
     stop = answered[voters - 1] if len(answered) >= voters else order[-1]
-    vote = answered[:voters]
-    winner = majority_vote([item.answers[i] for i in vote]) if vote else None
+    winner = majority_vote([item.answers[i] for i in answered]) if answered else None
     correct = sample_bank.is_correct(item, winner, verdicts)
-    tokens = sum(min(lengths[i], lengths[stop]) for i in chosen)
+    tokens = sum(min(length, lengths[stop]) for length in map(lengths.__getitem__, order))
     return correct, float(tokens), times[stop]
+
+
+def _finish_ranks(lengths: Sequence[int], times: Sequence[float]) -> list[int]:
+    """Each sample's place in the order one decode batch finishes them: by length, then finish time."""
+    ranks = [0] * len(lengths)
+    for place, i in enumerate(sorted(range(len(lengths)), key=lambda i: (lengths[i], times[i]))):
+        ranks[i] = place
+    return ranks
 
 
 def problem_curve(item: BankProblem, k: int, verdicts: Verdicts) -> dict[str, tuple[float, float, float]]:
@@ -74,14 +80,16 @@ def problem_curve(item: BankProblem, k: int, verdicts: Verdicts) -> dict[str, tu
     lengths, times = _sample_costs(item)
     n = len(item.traces)
     sums: dict[str, list[float]] = {"all": [0.0, 0.0], "ffs": [0.0, 0.0, 0.0], "ffs3": [0.0, 0.0, 0.0]}
+    finish_rank = _finish_ranks(lengths, times)
     count = 0
     for chosen in k_subsets(n, k, most=MAX_SUBSETS, seed=SUBSET_SEED):
         count += 1
-        sums["all"][0] += sum(lengths[i] for i in chosen)
-        sums["all"][1] += max(times[i] for i in chosen)
+        sums["all"][0] += sum(map(lengths.__getitem__, chosen))
+        sums["all"][1] += max(map(times.__getitem__, chosen))
+        order = sorted(chosen, key=finish_rank.__getitem__)  # one sort serves both replays
         for name, voters in (("ffs", 1), ("ffs3", 3)):
             if voters <= k:
-                ok, tok, lat = _ffs(item, chosen, lengths, times, verdicts, voters)
+                ok, tok, lat = _ffs(item, order, lengths, times, verdicts, voters)
                 sums[name][0] += ok
                 sums[name][1] += tok
                 sums[name][2] += lat
