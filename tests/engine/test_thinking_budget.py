@@ -125,6 +125,8 @@ def _text(backend: EngineBackend, ids: list[int]) -> str:
     return str(backend.engine.tokenizer.decode(ids, skip_special_tokens=True))
 
 
+# asyncio only: what trio changes (cancellation, streams) its own tests cover at a fraction of this cost.
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.slow
 async def test_a_thought_the_prompt_opened_ends_after_exactly_its_budget(smol: EngineBackend) -> None:
     close = _ids(smol, "</think>")
@@ -142,6 +144,8 @@ async def test_a_thought_the_prompt_opened_ends_after_exactly_its_budget(smol: E
     assert unbudgeted.thinking == "open" and unbudgeted.reasoning_tokens == len(unbudgeted_ids) > 8
 
 
+# asyncio only: what trio changes (cancellation, streams) its own tests cover at a fraction of this cost.
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.slow
 async def test_a_thought_the_model_opens_is_budgeted_from_after_its_opener(smol: EngineBackend) -> None:
     close, opener = _ids(smol, "</think>"), _ids(smol, " <think>")

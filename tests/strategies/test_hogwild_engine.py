@@ -89,6 +89,8 @@ async def test_one_worker_equals_plain_greedy_decoding_on_a_tiny_model(tiny: Eng
     await _assert_one_worker_is_plain_greedy(tiny, 40)
 
 
+# asyncio only: what trio changes (cancellation, streams) its own tests cover at a fraction of this cost.
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_one_worker_equals_plain_greedy_decoding_on_smollm2_in_fp32(smol_path: Path) -> None:
     """Exact in fp32 on every CPU; in bf16 what holds is tests/engine/test_hogwild_one_worker.py's."""
     backend = EngineBackend.from_spec(str(smol_path), dtype="float32", num_blocks=NUM_BLOCKS, block_size=16)
