@@ -63,7 +63,7 @@ def _ffs(item: BankProblem, order: Sequence[int], lengths: Sequence[int], times:
     stop = answered[voters - 1] if len(answered) >= voters else order[-1]
     winner = majority_vote([item.answers[i] for i in answered]) if answered else None
     correct = sample_bank.is_correct(item, winner, verdicts)
-    tokens = sum(min(length, lengths[stop]) for length in map(lengths.__getitem__, order))
+    tokens = sum(min(lengths[i], lengths[stop]) for i in order)
     return correct, float(tokens), times[stop]
 
 

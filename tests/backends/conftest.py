@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
 from openai_fakes import FakeServer
-from otlp_receiver import Receiver
+from otlp_receiver import Receiver, running_receiver
 from real_servers import Server, start_vllm
 
 
@@ -19,21 +18,15 @@ def server() -> FakeServer:
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     """An OTLP/HTTP trace receiver on loopback, for the test's lifetime."""
-    server = Receiver()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with running_receiver() as receiver:
+        yield receiver
 
 
 @pytest.fixture(scope="session")
 def vllm_traces() -> Iterator[Receiver]:
     """The OTLP/HTTP receiver of the shared `vllm serve`'s own spans, for the whole session."""
-    receiver = Receiver()
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    yield receiver
-    receiver.shutdown()
-    receiver.server_close()
+    with running_receiver() as receiver:
+        yield receiver
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,10 @@ back with OpenTelemetry's own message types."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -34,6 +37,18 @@ class Receiver(http.server.ThreadingHTTPServer):
                     if kv.key == "service.name":
                         found.add(kv.value.string_value)
         return found
+
+
+@contextlib.contextmanager
+def running_receiver() -> Iterator[Receiver]:
+    """A receiver serving on a thread of its own until the block ends."""
+    receiver = Receiver()
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        yield receiver
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

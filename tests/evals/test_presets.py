@@ -175,7 +175,8 @@ def _one_per_shape(names: list[str]) -> list[str]:
     run alike on the engine, where SmolLM2 stands in for every model."""
     shapes: dict[tuple[tuple[str, ...], str], str] = {}
     for name in names:
-        shapes.setdefault((tuple(load_preset(name).strategies), load_preset(name).task), name)
+        preset = load_preset(name)
+        shapes.setdefault((tuple(preset.strategies), preset.task), name)
     return list(shapes.values())
 
 
