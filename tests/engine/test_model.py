@@ -10,7 +10,7 @@ import transformers
 
 from paragen.engine import loader
 from paragen.engine.llm_engine import LLMEngine
-from paragen.engine.model import Model
+from paragen.engine.model import Model, can_pack
 from paragen.types import SamplingParams
 
 PROMPTS = [
@@ -60,11 +60,16 @@ def test_smollm2_matches_hf(smol_dir: Path) -> None:
     check_equal(smol_dir, 64)
 
 
-def test_packed_bf16_weights_change_nothing(tiny_llama: Path) -> None:
-    engine = LLMEngine(str(tiny_llama), dtype="bfloat16", num_blocks=64)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_packed_weights_change_nothing(tiny_llama: Path, dtype: torch.dtype) -> None:
+    if not can_pack(torch.device("cpu"), dtype):
+        pytest.skip(f"oneDNN packs no {dtype} weights on this CPU")
+    engine = LLMEngine(str(tiny_llama), dtype=str(dtype).removeprefix("torch."), num_blocks=64)
+    assert engine.model.is_packed
     prompts = [engine.tokenizer(p)["input_ids"] for p in PROMPTS[:2]]
     packed = engine_greedy(engine, prompts, 16)
-    plain = Model(engine.cfg, loader.load_tensors(tiny_llama), torch.bfloat16, "cpu", pack=False)
+    plain = Model(engine.cfg, loader.load_tensors(tiny_llama), dtype, "cpu", pack=False)
+    assert not plain.is_packed
     engine.model = engine.runner.model = plain
     assert engine_greedy(engine, prompts, 16) == packed
 
