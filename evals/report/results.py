@@ -69,9 +69,10 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "arith_tokens": 192, "gsm8k_tokens": 320, "math500_tokens": 512},
     "small": {"arith": 5, "gsm8k": 1, "math500": 0, "n": "2,4", "seeds": "0,1",
               "arith_tokens": 48, "gsm8k_tokens": 64, "math500_tokens": 64},
-    # For a model that solves GSM8K and MATH-500 problems (make results-qwen): counts to be tuned from
-    # the page's wall s/problem column so that it runs in about an hour on 2 cores.
-    "capable": {"arith": 20, "gsm8k": 8, "math500": 6, "n": "4,8", "seeds": "0,1",
+    # For a model that solves GSM8K and MATH-500 problems (make results-qwen), sized from measured wall
+    # s/problem so that it runs in under an hour on 2 AVX2 cores (results_page.CAPABLE_SIZES says how).
+    "capable": {"arith": 40, "gsm8k": 0, "math500": 0, "n": "8", "seeds": "0",
+                "strategies": "single,majority,ffs,deepconf,best_of_n",
                 "arith_tokens": 256, "gsm8k_tokens": 400, "math500_tokens": 512},
 }  # fmt: skip
 TOKENS = "<the task's max tokens>"  # an option value replaced by the task's --TASK-tokens

@@ -15,6 +15,7 @@ from evals.report.results import (
     PRESETS,
     ROWS,
     TASKS,
+    chosen_rows,
     combos_for,
     main,
     parse_args,
@@ -46,11 +47,11 @@ def test_every_row_builds_at_every_size_and_long_tasks_run_at_the_largest_n_only
     for size in PRESETS:
         args = parse_args(["--size", size])
         largest = int(args.n.split(",")[-1])
-        arith = {combo.name for combo in combos_for("arith", args)}
-        assert arith == {row.name for row in ROWS}
+        rows = chosen_rows(args)
+        assert {combo.name for combo in combos_for("arith", args)} == {row.name for row in rows}
         for task in ("gsm8k", "math500"):
             combos = combos_for(task, args)
-            assert {combo.name for combo in combos} == {row.name for row in ROWS if row.long_tasks}
+            assert {combo.name for combo in combos} == {row.name for row in rows if row.long_tasks}
             assert {combo.n for combo in combos} <= {1, largest}
 
 
@@ -60,8 +61,8 @@ def test_every_task_has_a_count_and_max_tokens_in_every_preset_and_size_0_skips_
     args = parse_args(["--math500", "3", "--math500-tokens", "99", "--gsm8k", "0"])
     assert (args.math500, args.math500_tokens) == (3, 99)
     assert [task.name for task in planned(args)] == ["arith", "math500"]
-    capable = parse_args(["--size", "capable"])
-    assert [task.name for task in planned(capable)] == ["arith", "gsm8k", "math500"]
+    capable = parse_args(["--size", "capable", "--math500", "2"])
+    assert [task.name for task in planned(capable)] == ["arith", "math500"]
 
 
 def test_a_row_whose_config_refuses_an_n_is_left_out_at_it() -> None:
@@ -77,7 +78,8 @@ def test_the_model_option_names_the_page_plots_and_runs() -> None:
     assert qwen.page == ROOT / "docs" / "results-qwen2.5-coder-0.5b.md"
     assert qwen.runs == ROOT / "runs" / "results-qwen2.5-coder-0.5b-capable"
     assert qwen.plot_prefix == "qwen2.5-coder-0.5b-" and qwen.assets == ROOT / "docs" / "results"
-    assert (qwen.arith, qwen.gsm8k, qwen.math500, qwen.n, qwen.seeds) == (20, 5, 6, "4,8", "0,1")
+    assert (qwen.arith, qwen.gsm8k, qwen.math500, qwen.n, qwen.seeds) == (40, 5, 0, "8", "0")
+    assert [row.name for row in chosen_rows(qwen)] == ["single", "majority", "best_of_n", "ffs", "deepconf"]
     assert (qwen.arith_tokens, qwen.gsm8k_tokens, qwen.math500_tokens) == (256, 400, 512)
     local = parse_args(["--model", "/models/tiny-q8.gguf", "--page", "/tmp/p.md"])
     assert (local.page, local.runs.name, local.plot_prefix) == (
