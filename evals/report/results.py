@@ -69,8 +69,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "arith_tokens": 192, "gsm8k_tokens": 320, "math500_tokens": 512},
     "small": {"arith": 5, "gsm8k": 1, "math500": 0, "n": "2,4", "seeds": "0,1",
               "arith_tokens": 48, "gsm8k_tokens": 64, "math500_tokens": 64},
-    # For a model that solves GSM8K and MATH-500 problems (make results-qwen), sized from measured wall
-    # s/problem so that it runs in under an hour on 2 AVX2 cores (results_page.CAPABLE_SIZES says how).
+    # For a model that solves most arith levels (make results-qwen), sized from measured wall s/problem
+    # so that it runs in under an hour on 2 AVX2 cores (results_page.QWEN_SIZES says how).
     "capable": {"arith": 40, "gsm8k": 0, "math500": 0, "n": "8", "seeds": "0",
                 "strategies": "single,majority,ffs,deepconf,best_of_n",
                 "arith_tokens": 256, "gsm8k_tokens": 400, "math500_tokens": 512},
