@@ -393,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [(t.title, getattr(args, t.name), getattr(args, f"{t.name}_tokens")) for t in planned(args)]
     top = header(args, runs, model, dtype, wall, sizes=sizes, settings_lines=settings(args))
     text = "\n".join(top) + "\n\n" + "\n\n".join(sections) + "\n"
-    args.page.write_text(text)
+    partial = args.page.with_name(f".{args.page.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, args.page)  # a reader never sees half a page
     print(f"{args.page} written ({wall / 60:.1f} min of runs)")
     return 0
 

@@ -373,7 +373,10 @@ def write_run_info(run_dir: Path, info: RunInfo) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     target = run_dir / RUN_FILE
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(info.model_dump_json(by_alias=True, indent=2), encoding="utf-8")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(info.model_dump_json(by_alias=True, indent=2))
+        fh.flush()
+        os.fsync(fh.fileno())  # renamed only once on disk: a crash leaves the old run.json or the new
     os.replace(tmp, target)
 
 
