@@ -55,11 +55,12 @@ class ForkGrammar:
     def child_start(self, label: str) -> str:
         return self.child_prefix.format(label=label)
 
-    def join(self, children: list[tuple[str, str]]) -> str:
+    def join(self, children: list[tuple[str, str]], *, cut_off: bool = False) -> str:
         """The text that replaces a fork's children in the trunk: ``(label, text)`` pairs in order,
-        each text what its child wrote before ``child_stop``."""
+        each text what its child wrote before ``child_stop``. ``cut_off``: a child did not reach its
+        stop, so the trunk will not go on: the parallel block is closed after the last child."""
         body = "".join(self.child_joined.format(label=label, text=text) for label, text in children)
-        return self.join_open + body + self.join_close
+        return self.join_open + body + (self.parallel_close if cut_off else self.join_close)
 
 
 THREADWEAVER = ForkGrammar(

@@ -118,13 +118,11 @@ class ForkJoin(BaseStrategy[ForkJoinConfig]):
         children = fan.traces  # in request order: outline order
         fmt = ctx.capabilities.thinking
         texts = [_written(child, head, fmt) for child, head in zip(children, heads, strict=True)]
-        trunk.text += self.grammar.join(list(zip(labels, texts, strict=True)))
+        trunk.ended = not all(_closed(child) for child in children)
+        trunk.text += self.grammar.join(list(zip(labels, texts, strict=True)), cut_off=trunk.ended)
         _add(trunk, children)
         trunk.forks, trunk.children = trunk.forks + 1, trunk.children + len(children)
         trunk.parents = [child.id for child in children]
-        if not all(_closed(child) for child in children):
-            trunk.text += self.grammar.parallel_close
-            trunk.ended = True
 
     def _request(
         self, ctx: RunContext, problem: Problem, so_far: str, budget: int, stop: tuple[str, ...]
