@@ -69,12 +69,11 @@ class SelfCertainty(BaseStrategy[SelfCertaintyConfig]):
 
     def _score(self, trace: Trace, top_k: int) -> float:
         value = self_certainty(trace.logprobs, trace.top_logprobs, self.config.vocab_size)
-        # A response without log-probabilities ranks last, as an unscored one should.
         trace.meta["self_certainty"] = value
         trace.meta["self_certainty_approx"] = (
             f"top-k={top_k}, rest uniform over V-k, V={self.config.vocab_size}"
         )
-        return float("-inf") if value is None else value
+        return float("-inf") if value is None else value  # no log-probabilities: ranked last
 
     def _select(
         self, ctx: RunContext, done: list[Trace], scores: list[float], metrics: dict[str, float]
