@@ -2,7 +2,8 @@
 
 From the raw samples of each record this computes majority@k (the exact expectation
 over all k-subsets, see :func:`evals.analysis.metrics.expected_maj_at_k`), best-of-n under any
-scorer, DeepConf-offline (confidence-filtered, confidence-weighted voting), and weighted
+scorer, DeepConf-offline (confidence-filtered, confidence-weighted voting), CISC with the
+sequence-probability confidence, self-certainty best-of-n and Borda voting, and weighted
 best-of-k from a verifier's recorded scores (:mod:`evals.analysis.bank_weighted`); the report's
 rows of all of them are :func:`evals.analysis.bank_rows.offline_rows`.
 
@@ -24,7 +25,8 @@ from evals.analysis.metrics import expected_maj_at_k
 from paragen.answers import extract_answer
 from paragen.scoring import TraceRanker
 from paragen.types import Trace
-from strategies import confidence
+from strategies import certainty, confidence
+from strategies.self_certainty import SelectionMode
 
 if TYPE_CHECKING:
     from evals.run.records import EvalRecord
@@ -132,4 +134,46 @@ def deepconf_offline(item: BankProblem, verdicts: Verdicts, *, keep: float = 0.9
     return _is_correct(item, winner, verdicts)
 
 
-__all__ = ["OFFLINE", "BankProblem", "bank_from_record", "deepconf_offline"]
+def cisc_offline(item: BankProblem, verdicts: Verdicts, *, temperature: float = 0.2) -> bool:
+    """CISC with the sequence-probability confidence: the live ``cisc`` strategy's vote
+    (``cisc_vote``) over softmax(exp(mean log p) / T).
+
+    The ``p_true`` and ``verbal`` confidences come from an extra call per path, which a recorded
+    run of another strategy does not hold: they cannot be re-scored offline.
+    """
+    confidences = [
+        certainty.sequence_probability(t.logprobs) if a is not None else None
+        for t, a in zip(item.traces, item.answers, strict=True)
+    ]
+    winner, _, _ = certainty.cisc_vote(item.answers, confidences, temperature)
+    return _is_correct(item, winner, verdicts)
+
+
+def self_certainty_offline(
+    item: BankProblem,
+    verdicts: Verdicts,
+    *,
+    mode: SelectionMode = "borda",
+    power: float = 0.5,
+    vocab_size: int = 49152,
+) -> bool:
+    """Self-certainty best-of-N (``mode="best_of_n"``) or Borda vote, as the live ``self_certainty``
+    strategy scores: the recorded top-k log-probabilities, the rest of the mass spread evenly over
+    the other V - k tokens (``strategies._certainty.token_self_certainty``)."""
+    scores = [certainty.self_certainty(t.logprobs, t.top_logprobs, vocab_size) for t in item.traces]
+    ranked = [float("-inf") if s is None else s for s in scores]
+    if mode == "borda":
+        winner, _ = certainty.borda_vote(item.answers, ranked, power)
+        return _is_correct(item, winner, verdicts)
+    best = certainty.best_scored(item.answers, ranked)
+    return best is not None and _is_correct(item, item.answers[best], verdicts)
+
+
+__all__ = [
+    "OFFLINE",
+    "BankProblem",
+    "bank_from_record",
+    "cisc_offline",
+    "deepconf_offline",
+    "self_certainty_offline",
+]

@@ -1,7 +1,8 @@
 """The sample bank's rows for the report: every offline estimate of one strategy's recorded samples.
 
-maj@k, best-of-n by mean logprob and DeepConf-offline come from :mod:`evals.analysis.bank`, weighted
-best-of-k from :mod:`evals.analysis.bank_weighted`; each row is labelled an offline estimate.
+maj@k, best-of-n by mean logprob, DeepConf-offline, CISC and self-certainty come from
+:mod:`evals.analysis.bank`, weighted best-of-k from :mod:`evals.analysis.bank_weighted`; each row
+is labelled an offline estimate.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from evals.analysis.bank import (
     BankProblem,
     Verdicts,
     best_of,
+    cisc_offline,
     deepconf_offline,
     expected_majority,
     majority_ks,
+    self_certainty_offline,
 )
 from evals.analysis.bank_weighted import expected_weighted, has_scores, weighted_methods
 from evals.analysis.metrics import bootstrap_ci
@@ -56,11 +59,30 @@ def offline_rows(
         for keep in (0.9, 0.1):
             scores = [float(deepconf_offline(b, verdicts, keep=keep)) for b in bank]
             rows.append(_row(source, f"deepconf_offline(keep={keep})", n, scores))
+        rows.extend(_certainty_rows(bank, verdicts, source, n))
     if n >= 2 and has_scores(bank, strategy):
         for method, k, how in weighted_methods(n):
             scores = [expected_weighted(b, k, how, verdicts) for b in bank]
             rows.append(_row(source, method, k, scores))
     return rows
+
+
+def _certainty_rows(
+    bank: Sequence[BankProblem], verdicts: Verdicts, source: str, n: int
+) -> list[dict[str, Any]]:
+    """CISC (sequence probability, T = 0.2) and self-certainty (best-of-n, Borda p = 0.5) at n.
+
+    Self-certainty's KL is estimated from the recorded top-k log-probabilities (the rest of the
+    mass spread evenly): the row names say so.
+    """
+    cisc = [float(cisc_offline(b, verdicts)) for b in bank]
+    best = [float(self_certainty_offline(b, verdicts, mode="best_of_n")) for b in bank]
+    borda = [float(self_certainty_offline(b, verdicts, mode="borda")) for b in bank]
+    return [
+        _row(source, "cisc(sequence_probability,T=0.2)", n, cisc),
+        _row(source, f"self_certainty_best_of_{n}(top-k approx)", n, best),
+        _row(source, "self_certainty_borda(p=0.5,top-k approx)", n, borda),
+    ]
 
 
 def _row(source: str, method: str, k: int, scores: Sequence[float]) -> dict[str, Any]:

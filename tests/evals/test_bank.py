@@ -13,11 +13,13 @@ from evals.analysis.bank import (
     OFFLINE,
     bank_from_record,
     best_of,
+    cisc_offline,
     deepconf_offline,
     expected_majority,
     lowest_group_confidence,
     majority_ks,
     pairs_to_grade,
+    self_certainty_offline,
     verdict_table,
 )
 from evals.analysis.bank_rows import offline_rows
@@ -118,3 +120,19 @@ def test_exact_majority_at_k_equals_counting_every_subset() -> None:
 def test_majority_ks_are_every_k_then_powers_of_two() -> None:
     assert majority_ks(4) == [1, 2, 3, 4]
     assert majority_ks(24) == [1, 2, 4, 8, 16, 24]
+
+
+def test_cisc_and_self_certainty_rows_come_with_logprobs() -> None:
+    item = bank_from_record(_record(["7", "3", "3"], [-0.1, -2.0, -2.0]))
+    verdicts = _verdicts([item])
+    # sequence probability exp(-0.1) = 0.905 against exp(-2) = 0.135 twice: at T = 0.2 the 7 weighs
+    # exp(4.52) = 92 against 2 exp(0.68) = 3.9; a flat softmax (T = 100) leaves the majority, 3
+    assert cisc_offline(item, verdicts) and not cisc_offline(item, verdicts, temperature=100.0)
+    # no top-k recorded: each token's own probability is the known mass, the 7's the largest
+    assert self_certainty_offline(item, verdicts, mode="best_of_n")
+    assert self_certainty_offline(item, verdicts, mode="borda", power=2.0)  # 7: 3^2 = 9 > 3: 2^2 + 1 = 5
+    assert not self_certainty_offline(item, verdicts, mode="borda", power=0.5)  # 1.732 < 1.414 + 1
+    rows = {r["method"]: r["accuracy"] for r in offline_rows([item], verdicts, source="s")}
+    assert rows["cisc(sequence_probability,T=0.2)"] == 1.0
+    assert rows["self_certainty_best_of_3(top-k approx)"] == 1.0
+    assert rows["self_certainty_borda(p=0.5,top-k approx)"] == 0.0
