@@ -52,13 +52,23 @@ class Rounds:
         """A branch's monitor: at the round's token count, probe it and wait for the decision (a
         delta of several tokens may pass more than one round's count: each is probed in turn)."""
         branch = live.trace.id
-        while not live.finished and self.outcome is None and live.num_tokens >= self._due_at():
+        while self._due(live):
             round_index, done = self.rules.round, self._done
             self._answers[branch] = await self._probe(live, round_index)
             await self._decide_if_complete()
             await done.wait()  # a branch cancelled by the decision is cancelled here
             if branch in self.decisions[round_index].dropped:
                 return
+
+    def _due(self, live: LiveSample) -> bool:
+        """Whether a running branch (not finished, dropped, nor stopped) reached the round's count."""
+        # Called after every delta: the token count first, the rest only once it is reached.
+        return (
+            live.num_tokens >= self._due_at()
+            and not live.finished
+            and self.outcome is None
+            and live.trace.id in self.rules.running
+        )
 
     async def ended(self, trace: Trace) -> None:
         """A branch ended (its answer filled in): from now it votes with that answer, unless it was
