@@ -8,6 +8,7 @@ from strategy_helpers import PROBLEM, SYNC, samples, words
 
 from paragen.backends.base import Capabilities
 from paragen.backends.scripted import Script, ScriptedBackend, tokenize
+from paragen.config import Budget
 from paragen.errors import ConfigError
 from paragen.orchestrator import Orchestrator
 from paragen.types import GenerateRequest, SamplingParams, StrategyResult, Trace
@@ -65,6 +66,8 @@ async def test_a_dissenter_is_dropped_and_a_stable_majority_stops_every_branch()
         + [(b, at) for at in (12, 16) for b in (0, 1, 2)]
         + [(0, 20), (1, 20)]
     )
+    probe_requests = [s.request for s in backend.streams if s.request.continue_final]
+    assert all(r.params.max_tokens == 3 and r.params.stop == () for r in probe_requests)
     samples_requests = [s.request for s in backend.streams if not s.request.continue_final]
     assert sorted(r.params.seed or 0 for r in samples_requests) == [0, 1, 2, 3]
     assert all(r.n == 1 for r in samples_requests)  # one request per branch, held on its own
@@ -121,3 +124,22 @@ async def test_the_round_limit_cancels_the_running_branches() -> None:
 async def test_a_backend_that_cannot_continue_a_reply_is_refused() -> None:
     with pytest.raises(ConfigError, match="continuing its text"):
         await _run(ParallelProbe(n=2), _backend(TEXTS, PROBE_SAYS, caps=Capabilities()))
+
+
+@pytest.mark.anyio
+async def test_a_deadline_while_branches_wait_for_a_slow_one_ends_the_run() -> None:
+    def respond(request: GenerateRequest, index: int) -> Script:
+        if request.continue_final:
+            return Script(text="5}")
+        slow = request.params.seed == 1
+        return Script(text=TEXTS[0], token_delay=0.05 if slow else 0.0)
+
+    backend = ScriptedBackend(respond, capabilities=SYNC)
+    orch = Orchestrator(
+        backend, defaults=SamplingParams(max_tokens=64, seed=0), budget=Budget(deadline_s=0.3)
+    )
+    result = await orch.run(ParallelProbe(n=2, interval=4), PROBLEM)
+    fast, slow = (_by_seed(result)[i] for i in range(2))
+    assert result.stop_reason == "deadline" and all(s.closed is not None for s in backend.streams)
+    assert fast.completion_tokens == 8 and slow.completion_tokens < 8  # held at round 0's mark
+    assert fast.status == slow.status == "cancelled"
