@@ -16,8 +16,10 @@ because cancellations and early stops change what gets generated.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -169,11 +171,37 @@ def self_certainty_offline(
     return best is not None and _is_correct(item, item.answers[best], verdicts)
 
 
+SUBSET_DRAWS = 256
+"""Above this many k-subsets of a problem's samples, that many are drawn (seeded) instead of all."""
+
+
+def expected_over_subsets(item: BankProblem, k: int, decide: Callable[[BankProblem], bool]) -> float:
+    """The chance that ``decide`` over a random k-subset of the samples (kept in finish order) is
+    correct: exact over every subset up to SUBSET_DRAWS of them, else the mean over that many drawn
+    with a fixed seed. ``k`` at or above the number of samples decides over all of them."""
+    m = len(item.traces)
+    if k >= m:
+        return float(decide(item))
+    if math.comb(m, k) <= SUBSET_DRAWS:
+        subsets: Iterable[Sequence[int]] = itertools.combinations(range(m), k)
+    else:
+        rng = random.Random(f"{item.problem_id}:{k}")
+        subsets = (sorted(rng.sample(range(m), k)) for _ in range(SUBSET_DRAWS))
+    outcomes = [decide(_subset(item, chosen)) for chosen in subsets]
+    return sum(outcomes) / len(outcomes)
+
+
+def _subset(item: BankProblem, chosen: Sequence[int]) -> BankProblem:
+    traces = [item.traces[i] for i in chosen]
+    return BankProblem(item.problem_id, item.gold, traces, [item.answers[i] for i in chosen])
+
+
 __all__ = [
     "OFFLINE",
     "BankProblem",
     "bank_from_record",
     "cisc_offline",
     "deepconf_offline",
+    "expected_over_subsets",
     "self_certainty_offline",
 ]

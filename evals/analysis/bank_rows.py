@@ -7,7 +7,7 @@ is labelled an offline estimate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evals.analysis.bank import (
@@ -18,6 +18,7 @@ from evals.analysis.bank import (
     cisc_offline,
     deepconf_offline,
     expected_majority,
+    expected_over_subsets,
     majority_ks,
     self_certainty_offline,
 )
@@ -70,18 +71,28 @@ def offline_rows(
 def _certainty_rows(
     bank: Sequence[BankProblem], verdicts: Verdicts, source: str, n: int
 ) -> list[dict[str, Any]]:
-    """CISC (sequence probability, T = 0.2) and self-certainty (best-of-n, Borda p = 0.5) at n.
+    """CISC (sequence probability, T = 0.2) and self-certainty (best-of-k, Borda p = 0.5) at
+    k = 2, 4, 8, ... and n, each the expectation over k-subsets of the recorded samples.
 
     Self-certainty's KL is estimated from the recorded top-k log-probabilities (the rest of the
     mass spread evenly): the row names say so.
     """
-    cisc = [float(cisc_offline(b, verdicts)) for b in bank]
-    best = [float(self_certainty_offline(b, verdicts, mode="best_of_n")) for b in bank]
-    borda = [float(self_certainty_offline(b, verdicts, mode="borda")) for b in bank]
+    methods: list[tuple[str, Callable[[BankProblem], bool]]] = [
+        ("cisc@{k}(sequence_probability,T=0.2)", lambda b: cisc_offline(b, verdicts)),
+        (
+            "self_certainty_best_of_{k}(top-k approx)",
+            lambda b: self_certainty_offline(b, verdicts, mode="best_of_n"),
+        ),
+        (
+            "self_certainty_borda@{k}(p=0.5,top-k approx)",
+            lambda b: self_certainty_offline(b, verdicts, mode="borda"),
+        ),
+    ]
+    ks = [k for k in majority_ks(n) if k >= 2 and (k & (k - 1) == 0 or k == n)]
     return [
-        _row(source, "cisc(sequence_probability,T=0.2)", n, cisc),
-        _row(source, f"self_certainty_best_of_{n}(top-k approx)", n, best),
-        _row(source, "self_certainty_borda(p=0.5,top-k approx)", n, borda),
+        _row(source, name.format(k=k), k, [expected_over_subsets(b, k, decide) for b in bank])
+        for name, decide in methods
+        for k in ks
     ]
 
 

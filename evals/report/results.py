@@ -117,6 +117,10 @@ ROWS = (
     Row("deepconf_online", "max", {"eta": 50, "window": 32, "n_init": 4, "batch": 4}),
     Row("deepprune", "max", {"judge": "lexical", "truncation": "words", "k2": 3, "k3": 3}),
     Row("dynasor", options={"interval": 32}, long_tasks=True),
+    # Parallel-Probe's rounds scaled to answers of a few dozen tokens (paper: every 500 of ~30k).
+    Row("parallel_probe", options={"interval": 16, "stable": 2, "patience": 2, "warmup": 1}),
+    Row("cisc"),
+    Row("self_certainty"),
     Row("pdr", "min"),
     Row("sr"),
     Row("rsa", "min", {"k": 2, "t": 1}),
@@ -137,6 +141,8 @@ EXCLUDED = {
     "100 s a problem on 2 CPU cores, a third of the hour for one setting",
     "passthrough": "what `paragen serve` runs for a plain model name: the question sampled once with no "
     "solve prompt and no answer extracted (single is that baseline)",
+    "forkjoin": "an executor for models trained to write a fork/join grammar (ThreadWeaver's "
+    "`<Outlines>`): SmolLM2 never writes one, so every run would be a single sample",
     "tool_vote": "what `paragen serve` runs for majority-N with tools: a vote over tool calls, and "
     "these tasks offer no tools",
 }

@@ -79,7 +79,7 @@ def build_body(request: GenerateRequest, options: WireOptions) -> dict[str, Any]
         body["stop"] = list(params.stop)
     if params.seed is not None:
         body["seed"] = params.seed
-    body.update(_logprobs_fields(request, options.endpoint))
+    body.update(_logprobs_fields(request, options.endpoint, options.kind))
     body["stream"] = True
     stream_options: dict[str, Any] = {"include_usage": True}
     if options.continuous_usage:
@@ -113,14 +113,17 @@ def _tool_fields(request: GenerateRequest) -> dict[str, Any]:
     return fields
 
 
-def _logprobs_fields(request: GenerateRequest, endpoint: Endpoint) -> dict[str, Any]:
+def _logprobs_fields(request: GenerateRequest, endpoint: Endpoint, kind: str) -> dict[str, Any]:
     params = request.params
     if not params.logprobs and params.top_logprobs == 0:
         return {}
     if endpoint == "chat":
         fields: dict[str, Any] = {"logprobs": True}
-        if params.top_logprobs:
-            fields["top_logprobs"] = params.top_logprobs
+        # llama-cpp-python's chat endpoint sends no logprobs at all unless alternatives are asked
+        # for: one is, and the chosen tokens' log-probabilities come with it.
+        top = params.top_logprobs or (1 if kind == "llama_cpp" else 0)
+        if top:
+            fields["top_logprobs"] = top
         return fields
     # The legacy completions API takes one integer: how many alternatives per token
     # (0 = only the chosen token's log-probability).

@@ -265,3 +265,38 @@ async def test_samples_the_server_cut_short_are_failures_that_the_run_reports(
     show(result, console)
     assert f"{len(cut)} of {len(result.traces)} samples failed" in console.export_text()
     await backend.aclose()
+
+
+READING = {  # strategy -> options, n = 2 each: the strategies that read their samples' signals
+    "self_certainty": {"n": 2},
+    "cisc": {"n": 2, "confidence": "sequence_probability"},
+    "cisc+p_true": {"n": 2, "confidence": "p_true"},
+    "parallel_probe": {"n": 2, "interval": 8, "stable": 1, "warmup": 0},
+    "forkjoin": {},
+}
+
+
+@pytest.mark.parametrize("name", list(READING))
+async def test_reading_strategies_run_or_refuse_before_any_sample(llama_server: str, name: str) -> None:
+    """On llama.cpp, which streams top-10 logprobs but cannot continue a prefilled reply: the
+    strategies reading logprobs run; those that continue a reply (probes, P(True), the fork/join
+    trunk) are refused before any request, naming what is missing."""
+    from paragen import Orchestrator, Problem
+    from paragen.strategy import build_strategy
+
+    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
+    strategy = build_strategy(name.split("+")[0], READING[name])
+    orch = Orchestrator(backend, defaults=SamplingParams(max_tokens=24, temperature=0.7, seed=0))
+    try:
+        if name in ("self_certainty", "cisc"):
+            result = await orch.run(strategy, Problem(question="What is 3 + 4?"))
+            assert result.stop_reason == "done", result.error
+            samples = [t for t in result.traces if t.kind == "sample"]
+            assert len(samples) == 2 and all(len(t.logprobs or ()) == t.completion_tokens for t in samples)
+            if name == "self_certainty":
+                assert result.metrics["self_certainty_top_k"] == 10  # what llama.cpp streams
+        else:
+            with pytest.raises(ConfigError, match="continu"):
+                await orch.run(strategy, Problem(question="What is 3 + 4?"))
+    finally:
+        await backend.aclose()

@@ -68,6 +68,9 @@ def test_logprobs_without_alternatives() -> None:
     chat = build_body(request, WireOptions("m", "chat"))
     assert chat["logprobs"] is True and "top_logprobs" not in chat
     assert chat["messages"] == [{"role": "user", "content": "x"}]
+    # llama-cpp-python's chat endpoint sends none without alternatives asked for: one is asked.
+    llama = build_body(request, WireOptions("m", "chat", kind="llama_cpp"))
+    assert (llama["logprobs"], llama["top_logprobs"]) == (True, 1)
 
 
 def test_sglang_body_names_the_request() -> None:

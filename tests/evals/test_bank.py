@@ -7,15 +7,18 @@ from fractions import Fraction
 from itertools import combinations
 from typing import Any
 
+import pytest
 from evals_helpers import eval_record
 
 from evals.analysis.bank import (
     OFFLINE,
+    BankProblem,
     bank_from_record,
     best_of,
     cisc_offline,
     deepconf_offline,
     expected_majority,
+    expected_over_subsets,
     lowest_group_confidence,
     majority_ks,
     pairs_to_grade,
@@ -133,6 +136,26 @@ def test_cisc_and_self_certainty_rows_come_with_logprobs() -> None:
     assert self_certainty_offline(item, verdicts, mode="borda", power=2.0)  # 7: 3^2 = 9 > 3: 2^2 + 1 = 5
     assert not self_certainty_offline(item, verdicts, mode="borda", power=0.5)  # 1.732 < 1.414 + 1
     rows = {r["method"]: r["accuracy"] for r in offline_rows([item], verdicts, source="s")}
-    assert rows["cisc(sequence_probability,T=0.2)"] == 1.0
+    assert rows["cisc@3(sequence_probability,T=0.2)"] == 1.0
     assert rows["self_certainty_best_of_3(top-k approx)"] == 1.0
-    assert rows["self_certainty_borda(p=0.5,top-k approx)"] == 0.0
+    assert rows["self_certainty_borda@3(p=0.5,top-k approx)"] == 0.0
+    # k = 2: of the pairs {7, 3}, {7, 3}, {3, 3} the first two pick the 7 by every method (Borda:
+    # 2^0.5 = 1.414 against 1), the last can only answer 3
+    assert rows["cisc@2(sequence_probability,T=0.2)"] == pytest.approx(2 / 3)
+    assert rows["self_certainty_best_of_2(top-k approx)"] == pytest.approx(2 / 3)
+    assert rows["self_certainty_borda@2(p=0.5,top-k approx)"] == pytest.approx(2 / 3)
+
+
+def test_subsets_are_all_counted_up_to_the_draw_limit_then_drawn_with_a_fixed_seed() -> None:
+    item = bank_from_record(_record([str(i) for i in range(12)], [-1.0] * 12))
+    first = item.traces[0]
+
+    def holds_the_first(subset: BankProblem) -> bool:
+        ends = [t.end or 0.0 for t in subset.traces]
+        assert ends == sorted(ends)  # kept in finish order
+        return first in subset.traces
+
+    assert expected_over_subsets(item, 2, holds_the_first) == 11 / 66  # C(12, 2) = 66 <= 256: exact
+    drawn = expected_over_subsets(item, 6, holds_the_first)  # C(12, 6) = 924: 256 drawn
+    assert drawn == expected_over_subsets(item, 6, holds_the_first) and abs(drawn - 0.5) < 0.1
+    assert expected_over_subsets(item, 12, holds_the_first) == 1.0

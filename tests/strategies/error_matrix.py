@@ -119,14 +119,17 @@ def strategy(name: str) -> Strategy:
         "deepconf_online": {"n": 8, "n_init": 2, "batch": 2},
         "ffs_k": {"n": 4, "k": 2},
         "lfs_k": {"n": 4, "k": 2},
+        "parallel_probe": {"n": 4, "interval": 8, "stable": 1, "patience": 1, "warmup": 0},
     }
     base = name.split("+")[0]
-    extra = options.get(name, {"n": 4} if base in ("majority", "best_of_n", "ffs") else {})
+    sampled = ("majority", "best_of_n", "ffs", "cisc", "self_certainty")
+    extra = options.get(name, {"n": 4} if base in sampled else {})
     return build_strategy(base, extra)
 
 
 STRATEGIES = (
     "single", "majority", "best_of_n", "adaptive_consistency", "ffs", "ffs_k", "lfs_k", "pdr", "sr",
     "pdr+majority", "pdr+ffs", "deepprune", "deepprune+llm", "budget_forcing", "nothinking", "deepconf",
-    "deepconf_online", "hogwild", "hogwild_text", "llmcompiler", "react",
+    "deepconf_online", "hogwild", "hogwild_text", "llmcompiler", "react", "parallel_probe", "cisc",
+    "self_certainty", "forkjoin",
 )  # fmt: skip
