@@ -13,7 +13,7 @@ Per strategy, summed over the problems:
   the traces, say what the hold costs in compute;
 - total tokens (samples), probe tokens (counted apart), wall time, accuracy.
 
-    python -m benchmarks.parallel_probe --limit 20 --n 8
+    python benchmarks/parallel_probe.py --limit 16 --n 8
 
 The last line printed is JSON: the ratios parallel_probe / majority ("sequential_tokens",
 "total_tokens", "engine_steps", "wall_s"), both accuracies, and the raw sums under "raw".
@@ -27,9 +27,9 @@ import time
 from typing import Any
 
 import anyio
+from ffs_engine import StepClock
+from strategy_table import problems
 
-from benchmarks.ffs_engine import StepClock
-from benchmarks.strategy_table import problems
 from paragen.answers import equivalent
 from paragen.orchestrator import Orchestrator
 from paragen.strategy import Strategy
@@ -40,6 +40,7 @@ from strategies.parallel_probe import ParallelProbe
 
 def lineup(args: argparse.Namespace) -> list[tuple[str, Strategy]]:
     rounds = {"interval": args.interval, "stable": args.stable, "patience": args.patience, "warmup": 1}
+    rounds["probe_tokens"] = args.probe_tokens
     return [("majority", Majority(n=args.n)), ("parallel_probe", ParallelProbe(n=args.n, **rounds))]
 
 
@@ -85,9 +86,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--limit", type=int, default=20, help="arith problems")
+    parser.add_argument("--limit", type=int, default=16, help="arith problems")
     parser.add_argument("--n", type=int, default=8, help="branches of both strategies")
-    parser.add_argument("--interval", type=int, default=16, help="tokens between probes of a branch")
+    parser.add_argument("--interval", type=int, default=32, help="tokens between probes of a branch")
+    parser.add_argument("--probe-tokens", type=int, default=8, help="a probe's answer: a short number here")
     parser.add_argument("--stable", type=int, default=2, help="S: rounds the majority must hold")
     parser.add_argument("--patience", type=int, default=2, help="P: rounds of dissent that drop a branch")
     parser.add_argument("--max-tokens", type=int, default=192)

@@ -8,14 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from paragen import LiveSample, RunContext
+from paragen import Fanout, LiveSample, RunContext
 from paragen.answers import answer_key
 from paragen.types import StrategyResult, Trace
 from strategies._parallel_probe_rules import Answer, ProbeParams, ProbeRules, RoundDecision
 from strategies.dynasor import boxed_prefix
 
 if TYPE_CHECKING:
-    from paragen._fanout import Fanout
     from strategies.parallel_probe import ParallelProbeConfig
 
 PRUNED = "pruned by probe"

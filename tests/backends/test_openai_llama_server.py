@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -267,7 +268,8 @@ async def test_samples_the_server_cut_short_are_failures_that_the_run_reports(
     await backend.aclose()
 
 
-READING = {  # strategy -> options, n = 2 each: the strategies that read their samples' signals
+# The strategies that read their samples' signals, n = 2 each.
+READING: dict[str, dict[str, Any]] = {
     "self_certainty": {"n": 2},
     "cisc": {"n": 2, "confidence": "sequence_probability"},
     "cisc+p_true": {"n": 2, "confidence": "p_true"},
@@ -285,7 +287,7 @@ async def test_reading_strategies_run_or_refuse_before_any_sample(llama_server: 
     from paragen.strategy import build_strategy
 
     backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
-    strategy = build_strategy(name.split("+")[0], READING[name])
+    strategy = build_strategy(name.split("+")[0], dict(READING[name]))
     orch = Orchestrator(backend, defaults=SamplingParams(max_tokens=24, temperature=0.7, seed=0))
     try:
         if name in ("self_certainty", "cisc"):
