@@ -4,7 +4,7 @@ has answered or finished; then cancel whom it drops, or everyone when it stops."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
 
 import anyio
 
@@ -14,8 +14,8 @@ from paragen.types import StrategyResult, Trace
 from strategies._parallel_probe_rules import Answer, ProbeParams, ProbeRules, RoundDecision
 from strategies.dynasor import boxed_prefix
 
-if TYPE_CHECKING:
-    from strategies.parallel_probe import ParallelProbeConfig
+ProbeCall = Callable[[LiveSample], Awaitable[Trace]]
+"""Asks a running branch for its answer so far: ``ctx.probe`` with the strategy's probe settings."""
 
 PRUNED = "pruned by probe"
 CANCEL_REASONS = {"stable": "majority stable", "round limit": "round limit"}
@@ -24,11 +24,13 @@ CANCEL_REASONS = {"stable": "majority stable", "round limit": "round limit"}
 class Rounds:
     """One run's round barrier: the answers of the round in progress and every decision so far."""
 
-    def __init__(self, config: ParallelProbeConfig, ctx: RunContext, fan: Fanout) -> None:
-        self._cfg = config
+    def __init__(
+        self, params: ProbeParams, interval: int, probe: ProbeCall, ctx: RunContext, fan: Fanout
+    ) -> None:
+        self._interval = interval
+        self._ask = probe
         self._ctx = ctx
         self._fan = fan
-        params = ProbeParams(config.stable, config.patience, config.warmup, config.max_rounds)
         # Branch order is request order: the order the vote breaks ties in, as the simulator's.
         self.rules = ProbeRules(params, tuple(trace.id for trace in fan.traces))
         self.decisions: list[RoundDecision] = []
@@ -45,7 +47,7 @@ class Rounds:
 
     def _due_at(self) -> int:
         """The token count of the round in progress: ``(r + 2) * interval`` (module docstring)."""
-        return (self.rules.round + 2) * self._cfg.interval
+        return (self.rules.round + 2) * self._interval
 
     async def watch(self, live: LiveSample) -> None:
         """A branch's monitor: at the round's token count, probe it and wait for the decision (a
@@ -80,12 +82,8 @@ class Rounds:
         await self._decide_if_complete()
 
     async def _probe(self, live: LiveSample, round_index: int) -> Answer:
-        cfg = self._cfg
-        params: dict[str, Any] = {"stop": ()}
-        if cfg.probe_temperature is not None:
-            params["temperature"] = cfg.probe_temperature
         at = live.num_tokens
-        probe = await self._ctx.probe(live, cfg.probe_text, max_tokens=cfg.probe_tokens, **params)
+        probe = await self._ask(live)
         self._probes += 1
         probe.answer = boxed_prefix(probe.text) if probe.is_ok else None
         probe.meta.update(at=at, round=round_index)

@@ -48,10 +48,6 @@ class RoundDecision:
     dropped: frozenset[int]
     stop: StopReason | None  # None: go on to the next round
 
-    @property
-    def answer(self) -> Answer:
-        return self.majority
-
 
 @dataclass
 class ProbeRules:

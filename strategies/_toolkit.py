@@ -11,6 +11,7 @@ from typing import Any
 from paragen import RunContext
 from paragen.answers import ExtractMode, answer_key, extract_answer, majority_vote, vote_counts
 from paragen.prompts import solve_messages
+from paragen.reasoning import ThinkFormat, after_prefill, whole_text
 from paragen.types import ChatMessage, GenerateRequest, StrategyResult, Trace
 
 
@@ -31,6 +32,15 @@ def prefixed_request(ctx: RunContext, question: str, opener: str, **params: Any)
     """A solve request whose assistant reply is prefilled with ``opener`` (continued by the model)."""
     messages = [*solve_messages(question), ChatMessage(role="assistant", content=opener)]
     return ctx.request(messages=messages, continue_final=True, **params)
+
+
+def written_text(trace: Trace, so_far: str, fmt: ThinkFormat) -> str:
+    """The raw text a continuation wrote, thinking delimiters included: what the next continuation
+    prefills after ``so_far``. The opener is written once: where ``so_far`` left none open, the
+    continuation opened it."""
+    if trace.thinking == "none":
+        return trace.text
+    return after_prefill(whole_text(trace, fmt), so_far, fmt)
 
 
 def annotate(trace: Trace, mode: ExtractMode = "auto") -> Trace:

@@ -25,8 +25,8 @@ from pydantic import Field
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, extract_answer
 from paragen.prompts import solve_messages
-from paragen.reasoning import ThinkFormat, after_prefill, whole_text
 from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, TokenCount, Trace
+from strategies._toolkit import written_text
 
 
 class BudgetForcingConfig(StrategyConfig):
@@ -62,7 +62,7 @@ class BudgetForcing(BaseStrategy[BudgetForcingConfig]):
             trace = await ctx.sample(
                 self._request(ctx, problem, text, cfg.think_tokens - used), label="think", parents=_ids(last)
             )
-            text, used, last = text + _written(trace, text, fmt), used + trace.completion_tokens, trace
+            text, used, last = text + written_text(trace, text, fmt), used + trace.completion_tokens, trace
             if not trace.is_ok or trace.is_truncated or used >= cfg.think_tokens:
                 break
             if cfg.mode == "extend" and waits < cfg.waits:
@@ -117,14 +117,6 @@ class BudgetForcing(BaseStrategy[BudgetForcingConfig]):
             return ctx.request(messages=messages, **params)
         messages.append(ChatMessage(role="assistant", content=so_far))
         return ctx.request(messages=messages, continue_final=True, **params)
-
-
-def _written(trace: Trace, so_far: str, fmt: ThinkFormat) -> str:
-    """The raw text a think step wrote, delimiters included: what the next continuation prefills.
-    The opener is written once: where the prefill so far left none open, the step opened it."""
-    if trace.thinking == "none":
-        return trace.text
-    return after_prefill(whole_text(trace, fmt), so_far, fmt)
 
 
 def _ids(trace: Trace | None) -> list[int]:

@@ -26,10 +26,9 @@ from pydantic import Field
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
 from paragen.errors import ConfigError
-from paragen.prompts import solve_messages
-from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, TokenCount, Trace
+from paragen.types import GenerateRequest, Problem, StrategyResult, TokenCount, Trace
 from strategies._certainty import cisc_vote, p_true, parse_verbal, sequence_probability
-from strategies._toolkit import annotate, overrides, solve_request, vote_finish
+from strategies._toolkit import annotate, overrides, prefixed_request, solve_request, vote_finish
 
 ConfidenceKind = Literal["p_true", "verbal", "sequence_probability"]
 
@@ -137,11 +136,10 @@ def upto_answer(text: str) -> str:
 def confidence_request(ctx: RunContext, question: str, path: str, kind: ConfidenceKind) -> GenerateRequest:
     """The path as a prefilled reply, the confidence prompt after it; greedy, as the reference asks."""
     prompt, tokens = (P_TRUE_PROMPT, 1) if kind == "p_true" else (VERBAL_PROMPT, VERBAL_TOKENS)
-    reply = ChatMessage(role="assistant", content=upto_answer(path) + prompt)
-    messages = [*solve_messages(question), reply]
-    return ctx.request(
-        messages=messages,
-        continue_final=True,
+    return prefixed_request(
+        ctx,
+        question,
+        upto_answer(path) + prompt,
         max_tokens=tokens,
         temperature=0.0,
         logprobs=kind == "p_true",

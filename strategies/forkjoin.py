@@ -27,10 +27,10 @@ from pydantic import Field
 
 from paragen import BaseStrategy, RunContext, StrategyConfig
 from paragen.answers import ExtractMode, extract_answer
-from paragen.prompts import solve_messages
-from paragen.reasoning import ThinkFormat, after_prefill, split_thinking, whole_text
-from paragen.types import ChatMessage, GenerateRequest, Problem, StrategyResult, TokenCount, Trace
+from paragen.reasoning import split_thinking
+from paragen.types import GenerateRequest, Problem, StrategyResult, TokenCount, Trace
 from strategies._fork_grammar import GRAMMARS, ForkGrammar
+from strategies._toolkit import prefixed_request, solve_request, written_text
 
 
 class ForkJoinConfig(StrategyConfig):
@@ -86,7 +86,7 @@ class ForkJoin(BaseStrategy[ForkJoinConfig]):
         stop = (self.grammar.fork_stop,) if may_fork else ()
         request = self._request(ctx, problem, trunk.text, left, stop)
         segment = await ctx.sample(request, label="trunk", parents=trunk.parents)
-        written = _written(segment, trunk.text, ctx.capabilities.thinking)
+        written = written_text(segment, trunk.text, ctx.capabilities.thinking)
         trunk.text += written
         _add(trunk, [segment])
         # A stop string and the end of the sample both finish as "stop": an open outline block
@@ -117,7 +117,7 @@ class ForkJoin(BaseStrategy[ForkJoinConfig]):
                     pass
         children = fan.traces  # in request order: outline order
         fmt = ctx.capabilities.thinking
-        texts = [_written(child, head, fmt) for child, head in zip(children, heads, strict=True)]
+        texts = [written_text(child, head, fmt) for child, head in zip(children, heads, strict=True)]
         trunk.ended = not all(_closed(child) for child in children)
         trunk.text += self.grammar.join(list(zip(labels, texts, strict=True)), cut_off=trunk.ended)
         _add(trunk, children)
@@ -130,11 +130,9 @@ class ForkJoin(BaseStrategy[ForkJoinConfig]):
         params: dict[str, Any] = {"max_tokens": max(1, budget), "stop": stop}
         if self.config.temperature is not None:
             params["temperature"] = self.config.temperature
-        messages = solve_messages(problem.question)
         if not so_far:
-            return ctx.request(messages=messages, **params)
-        messages.append(ChatMessage(role="assistant", content=so_far))
-        return ctx.request(messages=messages, continue_final=True, **params)
+            return solve_request(ctx, problem.question, **params)
+        return prefixed_request(ctx, problem.question, so_far, **params)
 
     def _finish(self, ctx: RunContext, trunk: _Trunk) -> StrategyResult:
         split = split_thinking(trunk.text, ctx.capabilities.thinking)
@@ -161,11 +159,3 @@ def _add(trunk: _Trunk, parallel: list[Trace]) -> None:
 def _closed(child: Trace) -> bool:
     """Whether a child stopped at its marker (or ended its sample) rather than being cut off."""
     return child.is_ok and child.finish_reason == "stop"
-
-
-def _written(trace: Trace, so_far: str, fmt: ThinkFormat) -> str:
-    """The raw text a call wrote, thinking delimiters included: what the next call prefills (a
-    thought the prefill already opened is not opened again)."""
-    if trace.thinking == "none":
-        return trace.text
-    return after_prefill(whole_text(trace, fmt), so_far, fmt)

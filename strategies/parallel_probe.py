@@ -29,12 +29,16 @@ each decision with zhengkid/Parallel-Probe's ``evaluation/method.py``.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from pydantic import Field
 
 from paragen import BaseStrategy, LiveSample, RunContext, StrategyConfig
 from paragen.answers import ExtractMode
 from paragen.types import GenerateRequest, Problem, StrategyResult, TokenCount
-from strategies._parallel_probe_rounds import Rounds
+from strategies._parallel_probe_rounds import ProbeCall, Rounds
+from strategies._parallel_probe_rules import ProbeParams
 from strategies._toolkit import annotate, overrides, solve_request
 from strategies.dynasor import PROBE_TEXT
 
@@ -83,10 +87,23 @@ class ParallelProbe(BaseStrategy[ParallelProbeConfig]):
 
         async with ctx.fanout(self._requests(ctx, problem), monitor=monitor) as fan:
             # No await since the fan-out opened: its samples have not run a step yet.
-            rounds = Rounds(self.config, ctx, fan)
+            rounds = Rounds(self._params(), self.config.interval, self._probe_call(ctx), ctx, fan)
             async for trace in fan:
                 await rounds.ended(annotate(trace, self.config.extract))
         return rounds.result()
+
+    def _params(self) -> ProbeParams:
+        cfg = self.config
+        return ProbeParams(cfg.stable, cfg.patience, cfg.warmup, cfg.max_rounds)
+
+    def _probe_call(self, ctx: RunContext) -> ProbeCall:
+        """Dynasor's probe with this run's settings: the branch's own sampling unless
+        ``probe_temperature`` is set, and no stop strings (the box's ``}`` ends the answer)."""
+        cfg = self.config
+        params: dict[str, Any] = {"stop": ()}
+        if cfg.probe_temperature is not None:
+            params["temperature"] = cfg.probe_temperature
+        return functools.partial(ctx.probe, text=cfg.probe_text, max_tokens=cfg.probe_tokens, **params)
 
     def _requests(self, ctx: RunContext, problem: Problem) -> list[GenerateRequest]:
         """One request per branch, so a branch held at a round's token count holds no other."""

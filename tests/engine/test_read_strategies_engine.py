@@ -49,7 +49,7 @@ async def run(backend: EngineBackend, name: str, **options: object) -> StrategyR
     return result
 
 
-async def test_parallel_probe_probes_every_running_branch_each_round(smollm2: EngineBackend) -> None:
+async def test_parallel_probe_probes_branches_at_their_rounds_token_count(smollm2: EngineBackend) -> None:
     result = await run(smollm2, "parallel_probe", n=4, interval=8, probe_tokens=8, stable=1, warmup=0)
     probes = [t for t in result.traces if t.kind == "probe"]
     assert probes and result.usage.num_probes == len(probes) == result.metrics["probes"]

@@ -40,7 +40,7 @@ def controlled(trajectories: Sequence[Trajectory], params: ProbeParams) -> Run:
         dropped_at.update(dict.fromkeys(decision.dropped, s))
         if decision.stop is not None:
             how = "finished" if decision.stop == "all finished" else decision.stop
-            return Run(decision.answer, s, "max_steps" if how == "round limit" else how, dropped_at)
+            return Run(decision.majority, s, "max_steps" if how == "round limit" else how, dropped_at)
 
 
 def referenced(trajectories: Sequence[Trajectory], params: ProbeParams) -> Run:
@@ -104,7 +104,7 @@ def test_main_table_run_stops_after_forty_repeats_and_drops_a_dissenter_after_se
     assert decisions[21].dropped == {2} and rules.running == [0, 1]
     decisions += [rules.step({0: "7", 1: "7"}) for _ in range(19)]
     assert [d.stop for d in decisions] == [None] * 40 + ["stable"]  # 41 rounds, 40 repeats
-    assert decisions[-1].answer == "7"
+    assert decisions[-1].majority == "7"
 
 
 def test_a_tie_goes_to_the_answer_whose_first_voter_comes_first() -> None:
