@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from paragen._shared import RunSharedSession
 
 CONTINUATION_HINT = (
-    "use the engine, vLLM, or a vLLM/SGLang server's chat endpoint (capabilities.continue_final)"
+    "use the engine, vLLM, or the chat endpoint of a vLLM, SGLang or llama-server server "
+    "(capabilities.continue_final)"
 )
 
 
@@ -157,6 +158,7 @@ class RunContext:
         checkpoint: int | None = None,
         monitor: Monitor | None = None,
         kind: str = "sample",
+        share_prefix: bool = False,
     ) -> AbstractAsyncContextManager[Fanout]:
         """Run ``n`` samples of one request (or one sample of each request) at once.
 
@@ -164,8 +166,14 @@ class RunContext:
         running trace is also yielded once when it has ``k`` tokens (``trace.end`` is
         None then). ``monitor`` is called after every delta and may prune a sample.
         Leaving the block cancels whatever still runs (reason "abandoned").
+
+        ``share_prefix``: the requests' prompts share a long prefix (children of one trunk). A
+        backend that can fork (the engine) prefills the first and starts the others from its cache
+        where their tokens agree; a server with prefix caching shares it on its own.
         """
         requests = _expand(request, n)
+        siblings = getattr(self._backend, "siblings", None) if share_prefix else None
+        opener = siblings() if siblings is not None and self.capabilities.fork else None
         return Fanout(
             self._account,
             requests,
@@ -174,6 +182,7 @@ class RunContext:
             parents=parents,
             checkpoint=checkpoint,
             monitor=monitor,
+            opener=opener,
         )
 
     def require_continuation(self, why: str, *, instead: str | None = None) -> None:

@@ -112,7 +112,7 @@ class ForkJoin(BaseStrategy[ForkJoinConfig]):
         heads = [trunk.text + self.grammar.child_start(label) for label in labels]
         requests = [self._request(ctx, problem, head, cap, (self.grammar.child_stop,)) for head in heads]
         with ctx.phase("fork", fork=trunk.forks, children=len(labels)):
-            async with ctx.fanout(requests, label="child", parents=[parent.id]) as fan:
+            async with ctx.fanout(requests, label="child", parents=[parent.id], share_prefix=True) as fan:
                 async for _ in fan:
                     pass
         children = fan.traces  # in request order: outline order

@@ -56,7 +56,9 @@ class Capabilities(BaseModel):
     chat: bool = True  # accepts chat messages
     continue_final: bool = False  # can continue a prefilled assistant message
     tools: bool = False  # takes function calling (GenerateRequest.tools) and streams tool calls
-    fork: bool = False  # fork(stream, index, num_tokens, suffix, request): a probe from a live KV cache
+    # fork(stream, index, num_tokens, suffix, request): a probe from a live KV cache; siblings(): an
+    # opener whose requests start from the first one's cache where their prompts agree
+    fork: bool = False
     # How the model marks its thinking in its text, split client-side where the server does not
     # send it apart (see paragen.reasoning); "none" keeps the whole text as the answer.
     thinking: ThinkFormat = "think"

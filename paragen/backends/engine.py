@@ -142,8 +142,30 @@ class EngineBackend:
         shared, the last partial one copied) if the parent still runs, so only ``suffix`` is
         prefilled; leaving frees the fork's blocks. ``request`` is its text form, for the books."""
         ids = parent.prompt_ids + parent.token_ids[index][:num_tokens] + self._token_ids(suffix)
-        (seq,) = self.engine.new_request(ids, request.params, 1)
-        seq.fork_of = parent.handle.seq_ids[index]
+        async with self._started_from(parent.handle.seq_ids[index], ids, request, None) as stream:
+            yield stream
+
+    @asynccontextmanager
+    async def beside(self, leader: EngineStream, request: GenerateRequest) -> AsyncIterator[EngineStream]:
+        """``request`` (one sample) started from the cache of ``leader``'s first choice where their
+        prompts agree, once the leader's prompt is prefilled: the shared prefix is prefilled once
+        for both. A leader that has already ended leaves ``request`` to a full prefill."""
+        await leader.prefilled.wait()
+        ids = self.prompt_ids(request)
+        thinking = self._thinking(request, ids)
+        async with self._started_from(leader.handle.seq_ids[0], ids, request, thinking) as stream:
+            yield stream
+
+    def siblings(self) -> Siblings:
+        """An opener for the requests of one fan-out whose prompts share a prefix (see Siblings)."""
+        return Siblings(self)
+
+    @asynccontextmanager
+    async def _started_from(
+        self, parent_id: int, ids: list[int], request: GenerateRequest, thinking: ThinkingSpec | None
+    ) -> AsyncIterator[EngineStream]:
+        (seq,) = self.engine.new_request(ids, request.params, 1, thinking=thinking)
+        seq.fork_of = parent_id  # attached on the step thread, if the parent still runs then
         stream = EngineStream(self.runtime, self.runtime.submit(ids, [seq]), request, ids, fork=seq)
         try:
             yield stream
@@ -227,6 +249,9 @@ class EngineStream:
         # n samples count n prompts; all but the first are served from the one shared prefill.
         self.usage = Usage(prompt_tokens=n * p, cached_prompt_tokens=(n - 1) * p, source="token_ids")
         self._pending: list[Delta] = []
+        # Set once the prompt is in the cache (the first token came) or the stream is closed:
+        # from then on a sibling can start from this stream's cache (EngineBackend.beside).
+        self.prefilled = anyio.Event()
 
     def __aiter__(self) -> EngineStream:
         return self
@@ -239,6 +264,8 @@ class EngineStream:
                 item = await self.handle.receive.receive()
             except anyio.EndOfStream:
                 raise StopAsyncIteration from None
+            finally:
+                self.prefilled.set()
             if isinstance(item, BaseException):
                 raise item if isinstance(item, EngineError) else EngineError(repr(item))
             if self._fork is not None:  # known once the step thread has attached it
@@ -279,6 +306,7 @@ class EngineStream:
         """Abort every unfinished choice and wait until their cache is free."""
         open_ids = [seq_id for seq_id, i in self.index_of.items() if self.is_open[i]]
         self.is_open = [False] * len(self.is_open)
+        self.prefilled.set()
         self.handle.close()
         if open_ids:
             await self.runtime.abort_and_wait(open_ids)
@@ -403,3 +431,27 @@ def fast_decode(tokenizer: Any) -> Callable[[list[int]], str]:
     if backend is None or getattr(tokenizer, "clean_up_tokenization_spaces", True):
         return cast(Callable[[list[int]], str], tokenizer.decode)
     return partial(backend.decode, skip_special_tokens=False)
+
+
+class Siblings:
+    """Opens the requests of one fan-out whose prompts share a long prefix (a fork/join reasoner's
+    children: the trunk, then each child's own header). The first request opened is the leader and
+    is prefilled whole; each later one-sample request waits for that prefill and starts from the
+    leader's cache where their tokens agree (EngineBackend.beside), so the shared prefix is
+    prefilled once for all of them instead of once each."""
+
+    def __init__(self, backend: EngineBackend):
+        self._backend = backend
+        self._leader: EngineStream | None = None
+
+    @asynccontextmanager
+    async def __call__(self, request: GenerateRequest) -> AsyncIterator[EngineStream]:
+        leader = self._leader
+        if leader is not None and request.n == 1:
+            async with self._backend.beside(leader, request) as stream:
+                yield stream
+            return
+        # Nothing awaits between here and the stream's creation, so the first caller leads.
+        async with self._backend.stream(request) as stream:
+            self._leader = self._leader or stream
+            yield stream

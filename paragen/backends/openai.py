@@ -48,6 +48,10 @@ _KINDS: dict[str, ServerKind] = {
 # Servers of a kind that takes thinking budgets that nevertheless enforce none, by owned_by:
 # llama-cpp-python's (read as llama.cpp) takes no budget field and thinks as long as it likes.
 _NO_BUDGETS = {"me": "llama-cpp-python's server"}
+# llama.cpp's C++ llama-server (owned_by "llamacpp") continues a reply whose last message is the
+# assistant's (its prefill_assistant, on unless started with --no-prefill-assistant); the
+# llama-cpp-python server opens a new turn after it.
+_CONTINUES_REPLIES = "llamacpp"
 # Tokenize endpoints by server kind, tried in order (path relative to the root, body builder).
 _TOKENIZE: dict[str, list[str]] = {"vllm": ["/tokenize"], "llama_cpp": ["/extras/tokenize", "/tokenize"]}
 
@@ -111,7 +115,8 @@ class OpenAIBackend:
             top_logprobs=20 if kind != "llama_cpp" else 10,
             raw_prompt=endpoint != "chat",
             chat=endpoint != "completions",
-            continue_final=endpoint != "completions" and kind in ("vllm", "sglang"),
+            continue_final=endpoint != "completions"
+            and (info.continues_replies if info else kind in ("vllm", "sglang")),
             tools=endpoint != "completions",
             thinking=self.config.thinking.format,
             thinking_budget=self.config.enforces_thinking_budgets and kind in THINKING_BUDGET_FIELD,
@@ -181,6 +186,7 @@ class OpenAIBackend:
             continuous_usage=continuous,
             listed=_small(listed),
             context_length=await self._context_length(replica, kind, listed),
+            continues_replies=kind in ("vllm", "sglang") or _CONTINUES_REPLIES in _owners(models),
         )
 
     async def _context_length(self, replica: Replica, kind: str, listed: dict[str, Any] | None) -> int | None:

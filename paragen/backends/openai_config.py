@@ -168,3 +168,6 @@ class ServerInfo:
     continuous_usage: bool
     listed: dict[str, Any] | None = None  # the model's entry in GET /models, as the server lists it
     context_length: int | None = None  # tokens per sequence, where the server says (vLLM, llama-server)
+    # Continues a prefilled assistant reply on the chat endpoint: vLLM and SGLang when asked
+    # (continue_final_message), llama-server whenever the last message is the assistant's.
+    continues_replies: bool = False

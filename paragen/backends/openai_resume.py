@@ -55,7 +55,7 @@ class Transcript:
         if self._request.messages is None:
             return True
         # A chat reply goes on as a prefilled assistant message: only where a server continues one.
-        return any(r.info is not None and r.info.kind in ("vllm", "sglang") for r in others)
+        return any(r.info is not None and r.info.continues_replies for r in others)
 
     def request(self, usage: Usage) -> GenerateRequest:
         """The request itself, or after a cut-off its continuation from the text seen so far."""

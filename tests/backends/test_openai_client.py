@@ -216,7 +216,7 @@ async def test_a_chat_stream_resumes_as_a_prefilled_reply_where_the_server_conti
 
 
 async def test_no_resume_where_it_would_repeat_text() -> None:
-    llama = FakeServer(owned_by="llamacpp")  # its chat endpoint cannot continue a prefilled reply
+    llama = FakeServer(owned_by="me")  # llama-cpp-python's chat endpoint cannot continue a prefilled reply
     llama.default = lambda r: llama.sse([chat_chunk("Four"), httpx.ReadError("connection reset by peer")])
     messages = (ChatMessage(role="user", content="2+2?"),)
     with pytest.raises(BackendConnectionError, match="reset"):
