@@ -25,7 +25,7 @@ module needs nothing from ``strategy``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -75,12 +75,16 @@ class RunContext:
         strategy_name: str = "",
         label_prefix: str = "",
         scorers: Scorers | None = None,
+        backends: Mapping[str, Backend] | None = None,
     ) -> None:
         self.problem = problem
         self.defaults = defaults or SamplingParams()
         self.strategy_name = strategy_name
         self._backend = backend
         self._scorers = scorers or Scorers()
+        # Other models by name (a reader, a judge): ``sample(..., backend=name)`` files their calls
+        # in this run's ledger, counted like its own samples.
+        self._backends = dict(backends or {})
         self._ledger = ledger or Ledger(Budget(), None)
         self._account = Account(backend, self._ledger, problem.id, label_prefix)
         self.budget = BudgetView(self._ledger)
@@ -142,11 +146,33 @@ class RunContext:
     # -- sampling --------------------------------------------------------------------------------
 
     async def sample(
-        self, request: GenerateRequest, *, label: str = "sample", parents: Sequence[int] = ()
+        self,
+        request: GenerateRequest,
+        *,
+        label: str = "sample",
+        parents: Sequence[int] = (),
+        backend: str | None = None,
     ) -> Trace:
-        """One completion as a finished trace (status "error" if the backend failed)."""
-        fan = Fanout(self._account, _expand(request, 1), label=label, kind="sample", parents=parents)
+        """One completion as a finished trace (status "error" if the backend failed); ``backend``
+        names another model given to the Orchestrator (None: the run's own)."""
+        account = self._account_on(backend)
+        fan = Fanout(account, _expand(request, 1), label=label, kind="sample", parents=parents)
         return await fan.one()
+
+    def backend_capabilities(self, backend: str | None) -> Capabilities:
+        """What a named backend (None: the run's own) can do."""
+        return self._account_on(backend).backend.capabilities
+
+    def _account_on(self, backend: str | None) -> Account:
+        if backend is None:
+            return self._account
+        found = self._backends.get(backend)
+        if found is None:
+            raise ConfigError(
+                f"no backend named {backend!r} was given to this run",
+                hint=f"Orchestrator(backend, backends={{{backend!r}: other_backend}})",
+            )
+        return self._account.on(found)
 
     def fanout(
         self,
@@ -159,23 +185,26 @@ class RunContext:
         monitor: Monitor | None = None,
         kind: str = "sample",
         share_prefix: bool = False,
+        backend: str | None = None,
     ) -> AbstractAsyncContextManager[Fanout]:
         """Run ``n`` samples of one request (or one sample of each request) at once.
 
         Iterating the fan-out yields each trace as it finishes; with ``checkpoint=k`` a
         running trace is also yielded once when it has ``k`` tokens (``trace.end`` is
         None then). ``monitor`` is called after every delta and may prune a sample.
-        Leaving the block cancels whatever still runs (reason "abandoned").
+        Leaving the block cancels whatever still runs (reason "abandoned"). ``backend`` names
+        another model given to the Orchestrator (None: the run's own).
 
         ``share_prefix``: the requests' prompts share a long prefix (children of one trunk). A
         backend that can fork (the engine) prefills the first and starts the others from its cache
         where their tokens agree; a server with prefix caching shares it on its own.
         """
         requests = _expand(request, n)
-        siblings = getattr(self._backend, "siblings", None) if share_prefix else None
-        opener = siblings() if siblings is not None and self.capabilities.fork else None
+        account = self._account_on(backend)
+        siblings = getattr(account.backend, "siblings", None) if share_prefix else None
+        opener = siblings() if siblings is not None and account.backend.capabilities.fork else None
         return Fanout(
-            self._account,
+            account,
             requests,
             label=label,
             kind=kind,
@@ -329,6 +358,7 @@ class RunContext:
             strategy_name=strategy.name,
             label_prefix=f"{self.label_prefix}{label or strategy.name}/",
             scorers=self._scorers,
+            backends=self._backends,
         )
         result = await strategy.run(child.problem, child)
         self._account.traces.extend(child._account.traces)

@@ -93,6 +93,13 @@ class Account:
     def now(self) -> float:
         return self.ledger.clock.now()
 
+    def on(self, backend: Backend) -> Account:
+        """This account sampling from another backend: the same books, label prefix and list of
+        traces, so a second model's calls (a reader, a judge) are filed and counted with the run's."""
+        other = Account(backend, self.ledger, self.problem_id, self.label_prefix)
+        other.traces = self.traces
+        return other
+
     def new_trace(self, label: str, kind: str, parents: list[int]) -> Trace:
         ledger = self.ledger
         trace = Trace(

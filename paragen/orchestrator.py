@@ -13,7 +13,7 @@ a bug wins over a budget or backend error in the same group.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,7 @@ class Orchestrator:
         on_event: EventSink | None = None,
         scorers: Scorers | None = None,
         metrics: Metrics | None = None,
+        backends: Mapping[str, Backend] | None = None,
     ) -> None:
         if max_concurrent_problems <= 0:
             raise ConfigError(f"max_concurrent_problems must be positive, got {max_concurrent_problems}")
@@ -70,6 +71,9 @@ class Orchestrator:
         # given here is the caller's to close, one made here closes with aclose().
         self.scorers = scorers or Scorers()
         self._owns_scorers = scorers is None
+        # Other models a strategy may sample from by name (``reader="judge"``: a second model reads
+        # the samples); the caller's to close, like ``backend``. Their calls are the run's traces.
+        self.backends = dict(backends or {})
         self._opened = False
 
     async def __aenter__(self) -> Orchestrator:
@@ -86,6 +90,12 @@ class Orchestrator:
     async def open_verifiers(self, strategy: Strategy) -> None:
         """Open the reward models ``strategy``'s config names (``verifier``), as a backend is opened:
         a wrong path or URL fails here, once, before any sample."""
+        reader = getattr(strategy.config, "reader", None)
+        if isinstance(reader, str) and reader not in self.backends:
+            raise ConfigError(
+                f"strategy {strategy.name!r} reads with backend {reader!r}, which was not given",
+                hint=f"Orchestrator(backend, backends={{{reader!r}: other_backend}}), or reader=None",
+            )
         spec = getattr(strategy.config, "verifier", None)
         if spec == LLM_VERIFIER:
             # Refused before any sample: found at the first score, it would cost every problem its samples.
@@ -99,6 +109,8 @@ class Orchestrator:
         fails here as one error instead of once per sample."""
         if not self._opened:
             await open_backend(self.backend)
+            for other in self.backends.values():
+                await open_backend(other)
             self._opened = True
 
     async def run(self, strategy: StrategyLike, problem: ProblemLike) -> StrategyResult:
@@ -157,6 +169,7 @@ class Orchestrator:
             ledger=ledger,
             strategy_name=strategy.name,
             scorers=self.scorers,
+            backends=self.backends,
         )
         result, stop_reason, error = await self._execute(strategy, problem, ctx)
         if ledger.budget_hit and stop_reason == "done" and result is None:
