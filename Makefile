@@ -75,7 +75,7 @@ lint: $(VENV)/.installed
 # The tests too, one folder at a time: each folder's conftest.py is its own top-level module `conftest`.
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --strict tests/conftest.py
+	$(VENV)/bin/mypy --strict tests/conftest.py tests/fork_weaver.py
 	for dir in $$(ls -d tests/*/ | grep -v __pycache__); do $(VENV)/bin/mypy --strict $$dir || exit 1; done
 
 unit: setup

@@ -173,3 +173,13 @@ def tiny_qwen3_moe(tiny_qwen3_with: TinyModel) -> Path:
         norm_topk_prob=True,
         mlp_only_layers=[1],
     )
+
+
+@pytest.fixture(scope="session")
+def weaver_dir(tiny_model: TinyModel, smol_dir: Path) -> Path:
+    """A tiny Llama trained to write ThreadWeaver's fork/join grammar for one question (fork_weaver)."""
+    from fork_weaver import teacher
+
+    return tiny_model(
+        "weaver", "LlamaForCausalLM", num_attention_heads=4, num_key_value_heads=2, init=teacher(smol_dir)
+    )

@@ -124,6 +124,10 @@ ROWS = (
     Row("pdr", "min"),
     Row("sr"),
     Row("rsa", "min", {"k": 2, "t": 1}),
+    # Read the samples: one reading pass (genselect), pairwise games (tournament), two deliberations.
+    Row("genselect", "min"),
+    Row("tournament", "min"),
+    Row("heavy", "min", {"summary_k": 2}),
     Row("hogwild", "min"),
     # Verifier-guided search with the LLM-as-verifier (no reward model can be downloaded here):
     # 2 beams x 2 expansions at n = 4, steps of at most 64 tokens, 6 deep.
@@ -145,6 +149,9 @@ EXCLUDED = {
     "`<Outlines>`): SmolLM2 never writes one, so every run would be a single sample",
     "tool_vote": "what `paragen serve` runs for majority-N with tools: a vote over tool calls, and "
     "these tasks offer no tools",
+    "verify_refine": "a proof loop (a grader's report and a verdict per verification, acceptance "
+    "after 5 passing ones in a row, up to 30 iterations): on arithmetic with a short boxed answer "
+    "a vote settles what it would verify, at up to 90 calls a problem",
 }
 
 

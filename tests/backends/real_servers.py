@@ -199,13 +199,26 @@ def llama_server_binary() -> str:
     return path
 
 
-def start_llama_server(log: Path, *, flags: Sequence[str] = ()) -> Server:
-    """llama.cpp's C++ `llama-server` of the SmolLM2 GGUF, served as SERVED_NAME, with more
-    ``flags`` (its reasoning options: `--reasoning-format`, `--jinja --chat-template-file`, ...)."""
-    binary, gguf, port = llama_server_binary(), smollm2_gguf(), free_port()
+def start_llama_server(
+    log: Path, *, flags: Sequence[str] = (), model: Path | None = None, slots: int = 1
+) -> Server:
+    """llama.cpp's C++ `llama-server` of the SmolLM2 GGUF (or ``model``), served as SERVED_NAME,
+    with more ``flags`` (its reasoning options: `--reasoning-format`, `--jinja --chat-template-file`,
+    ...) and ``slots`` requests decoded at once (its --parallel)."""
+    binary, gguf, port = llama_server_binary(), model or smollm2_gguf(), free_port()
     command = [binary, "--model", str(gguf), "--alias", SERVED_NAME, "--host", "127.0.0.1"]
-    # One thread and one slot: other processes share these cores, and the tests send one at a time.
-    command += ["--port", str(port), "--ctx-size", "2048", "--threads", "1", "--parallel", "1", *flags]
+    # One thread: other processes share these cores. One slot unless a test sends requests at once.
+    command += [
+        "--port",
+        str(port),
+        "--ctx-size",
+        str(2048 * slots),
+        "--threads",
+        "1",
+        "--parallel",
+        str(slots),
+    ]
+    command += flags
     env = dict(os.environ)
     process = _spawn(command, log, env)
     server = Server(f"http://127.0.0.1:{port}/v1", process, log, command, env, name="llama-server")

@@ -280,9 +280,9 @@ READING: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("name", list(READING))
 async def test_reading_strategies_run_or_refuse_before_any_sample(llama_server: str, name: str) -> None:
-    """On llama.cpp, which streams top-10 logprobs but cannot continue a prefilled reply: the
-    strategies reading logprobs run; those that continue a reply (probes, P(True), the fork/join
-    trunk) are refused before any request, naming what is missing."""
+    """On llama-cpp-python's server, which streams top-10 logprobs but cannot continue a prefilled
+    reply: the strategies reading logprobs run; those that continue a reply (probes, P(True), the
+    fork/join trunk) are refused before any request, naming what is missing."""
     from paragen import Orchestrator, Problem
     from paragen.strategy import build_strategy
 

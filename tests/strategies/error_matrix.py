@@ -120,9 +120,11 @@ def strategy(name: str) -> Strategy:
         "ffs_k": {"n": 4, "k": 2},
         "lfs_k": {"n": 4, "k": 2},
         "parallel_probe": {"n": 4, "interval": 8, "stable": 1, "patience": 1, "warmup": 0},
+        "heavy": {"reason_k": 4, "summary_k": 2},
+        "verify_refine": {"accept_after": 2, "reject_after": 2, "max_iterations": 4},
     }
     base = name.split("+")[0]
-    sampled = ("majority", "best_of_n", "ffs", "cisc", "self_certainty")
+    sampled = ("majority", "best_of_n", "ffs", "cisc", "self_certainty", "genselect", "tournament")
     extra = options.get(name, {"n": 4} if base in sampled else {})
     return build_strategy(base, extra)
 
@@ -131,5 +133,5 @@ STRATEGIES = (
     "single", "majority", "best_of_n", "adaptive_consistency", "ffs", "ffs_k", "lfs_k", "pdr", "sr",
     "pdr+majority", "pdr+ffs", "deepprune", "deepprune+llm", "budget_forcing", "nothinking", "deepconf",
     "deepconf_online", "hogwild", "hogwild_text", "llmcompiler", "react", "parallel_probe", "cisc",
-    "self_certainty", "forkjoin",
+    "self_certainty", "forkjoin", "genselect", "tournament", "heavy", "verify_refine",
 )  # fmt: skip

@@ -52,8 +52,10 @@ async def test_every_strategy_ends_in_a_result(name: str, scenario: str) -> None
     result = await run(name, SCENARIOS[scenario])
     assert (result.stop_reason, result.answer) == (expected(name, scenario), None), result.error
     assert result.traces, "the traces so far are kept"
-    generated = sum(t.completion_tokens for t in result.traces)
-    assert result.usage.total_tokens == generated  # and their accounting
+    generated = sum(t.completion_tokens for t in result.traces if t.kind != "score")
+    assert result.usage.total_tokens == generated  # and their accounting, a verifier's apart
+    scores = [t for t in result.traces if t.kind == "score"]
+    assert result.usage.score_tokens == sum(t.completion_tokens + t.prompt_tokens for t in scores)
     assert all(t.end is not None for t in result.traces)  # nothing left running
     if scenario == "budget":
         assert generated >= 3
