@@ -302,3 +302,33 @@ async def test_reading_strategies_run_or_refuse_before_any_sample(llama_server: 
                 await orch.run(strategy, Problem(question="What is 3 + 4?"))
     finally:
         await backend.aclose()
+
+
+# The strategies that read their samples, and the verify-and-refine loop, small.
+READERS: dict[str, dict[str, Any]] = {
+    "genselect": {"n": 3},
+    "tournament": {"n": 3},
+    "heavy": {"reason_k": 2, "summary_k": 2},
+    "verify_refine": {"scaffold": "selfcheck", "max_iterations": 1, "verify_tokens": 16, "verdict_tokens": 4},
+}
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the loops' differences: on the scripted backend
+@pytest.mark.parametrize("name", list(READERS))
+async def test_strategies_that_read_samples_run_on_llama_cpp(llama_server: str, name: str) -> None:
+    """Chat requests only: each ends "done" with its reading (or verifying) calls after its samples."""
+    from paragen import Orchestrator, Problem
+    from paragen.strategy import build_strategy
+
+    backend = OpenAIBackend.from_spec(llama_server, api_key_env=None)
+    orch = Orchestrator(backend, defaults=SamplingParams(max_tokens=24, temperature=0.7, seed=0))
+    try:
+        result = await orch.run(build_strategy(name, dict(READERS[name])), Problem(question="What is 3 + 4?"))
+    finally:
+        await backend.aclose()
+    assert result.stop_reason == "done", result.error
+    assert not [t.error for t in result.traces if t.status == "error"]
+    later = [t for t in result.traces if t.label not in ("candidates", "generate")]
+    assert later and all(t.parents for t in later if t.kind == "sample")
+    if name == "verify_refine":
+        assert result.usage.num_scores == sum(t.kind == "score" for t in result.traces) > 0

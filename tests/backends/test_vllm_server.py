@@ -199,6 +199,8 @@ STRATEGY_OPTIONS: dict[str, dict[str, object]] = {
     "rsa": {"k": 2, "t": 1},
     "dynasor": {"interval": 8, "probe_tokens": 4},
     "parallel_probe": {"interval": 8, "probe_tokens": 4, "stable": 1, "warmup": 0},
+    "heavy": {"reason_k": 2, "summary_k": 2},
+    "verify_refine": {"scaffold": "selfcheck", "max_iterations": 2},
     # DeepPrune's own judge is a 4B model this machine does not hold: the embedding judge stands in.
     "deepprune": {"judge": "embedding"},
     # The searches grow a solution step by step and the verifier reads all of it: bounded so that

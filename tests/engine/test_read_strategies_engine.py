@@ -84,3 +84,35 @@ async def test_forkjoin_without_a_fork_is_one_trunk(smollm2: EngineBackend) -> N
     result = await run(smollm2, "forkjoin")
     assert result.metrics["forks"] == 0 and [t.kind for t in result.traces] == ["sample"]
     assert result.usage.sequential_tokens == result.usage.total_tokens == result.traces[0].completion_tokens
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "readings"),
+    [
+        ("genselect", {"n": 3}, 1),
+        ("tournament", {"n": 3}, 2),  # a game of two, then the winner against the one who waited
+        ("heavy", {"reason_k": 3, "summary_k": 2}, 2),
+    ],
+)
+async def test_read_the_samples_strategies_read_their_candidates(
+    smollm2: EngineBackend, name: str, options: dict[str, int], readings: int
+) -> None:
+    """Each samples its candidates, then makes its reading calls, whose parents are the candidates read."""
+    result = await run(smollm2, name, **options)
+    candidates = [t for t in result.traces if t.label == "candidates"]
+    reads = [t for t in result.traces if t.label != "candidates"]
+    assert len(candidates) == options.get("n", options.get("reason_k")) and len(reads) == readings
+    ids = {c.id for c in candidates}
+    assert all(t.kind == "sample" and t.parents and set(t.parents) <= ids for t in reads)
+    assert result.usage.total_tokens == sum(t.completion_tokens for t in result.traces)
+
+
+async def test_verify_refine_books_its_verifications_as_scores(smollm2: EngineBackend) -> None:
+    result = await run(
+        smollm2, "verify_refine", scaffold="selfcheck", max_iterations=1, verify_tokens=24, verdict_tokens=4
+    )
+    scores = [t for t in result.traces if t.kind == "score"]
+    assert scores and {t.label for t in scores} <= {"verify", "verdict"}
+    assert result.usage.score_tokens == sum(t.prompt_tokens + t.completion_tokens for t in scores)
+    assert result.details["stop_rule"] in ("accepted", "rejected", "max_iterations")
+    assert result.metrics["verifications"] == sum(t.label == "verify" for t in scores)
