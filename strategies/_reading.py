@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import Field
@@ -80,6 +80,11 @@ def listing(texts: Sequence[str], *, name: str, first: int) -> str:
     return "\n\n".join(f"--- {name} {first + i} ---\n{text}" for i, text in enumerate(texts))
 
 
+def groups_of(pool: list[int], size: int) -> list[list[int]]:
+    """``pool`` cut in order into groups of at most ``size``."""
+    return [pool[i : i + size] for i in range(0, len(pool), size)]
+
+
 def last_number(pattern: re.Pattern[str], text: str) -> int | None:
     """The number in the last match of ``pattern`` (its group 1) in ``text``; None when none matches."""
     found = pattern.findall(text)
@@ -119,3 +124,26 @@ async def read(
     request = ctx.request(messages=[{"role": "user", "content": prompt}], **params)
     trace = await ctx.sample(request, label=label, parents=list(parents), backend=cfg.reader)
     return annotate(trace, cfg.extract)
+
+
+# One group's contest: (group, its fallback generator, its call number) -> (winner, verdict used).
+Contest = Callable[[list[int], random.Random, int], Awaitable[tuple[int, bool]]]
+
+
+async def play(
+    ctx: RunContext, groups: list[list[int]], rng: random.Random, first_call: int, contest: Contest
+) -> list[tuple[int, bool]]:
+    """Every group of two or more contested at once (group ``g`` as call ``first_call + g``); a group
+    of one wins unread. Each group's fallback generator is drawn from ``rng`` before any call runs,
+    so the order the calls finish in never changes a seeded run."""
+    fallbacks = [random.Random(rng.getrandbits(32)) for _ in groups]
+    results = [(group[0], True) for group in groups]
+
+    async def one(g: int) -> None:
+        results[g] = await contest(groups[g], fallbacks[g], first_call + g)
+
+    async with ctx.concurrently() as children:
+        for g, group in enumerate(groups):
+            if len(group) > 1:
+                children.start(one, g)
+    return results

@@ -32,9 +32,11 @@ from paragen import BaseStrategy, RunContext
 from paragen.types import Problem, StrategyResult, Trace
 from strategies._reading import (
     ReadingConfig,
+    groups_of,
     last_number,
     listing,
     pick,
+    play,
     read,
     readable,
     reading_rng,
@@ -71,11 +73,6 @@ def select_prompt(template: str, question: str, texts: list[str]) -> str:
     return template.format(question=question, count=len(texts), last=len(texts) - 1, solutions=solutions)
 
 
-def groups_of(pool: list[int], size: int) -> list[list[int]]:
-    """``pool`` cut in order into groups of at most ``size``."""
-    return [pool[i : i + size] for i in range(0, len(pool), size)]
-
-
 class GenSelect(BaseStrategy[GenSelectConfig]):
     """Sample N, let a model read them and name the best (in groups, round after round, for large N)."""
 
@@ -110,18 +107,12 @@ class GenSelect(BaseStrategy[GenSelectConfig]):
     ) -> list[int]:
         """One round: every group of two or more read at once; the groups' winners, in pool order."""
         groups = groups_of(pool, self.config.group_size)
-        # Fallback generators are drawn before the calls run, so the order they finish in never matters.
-        fallbacks = [random.Random(rng.getrandbits(32)) for _ in groups]
-        winners = [(g[0], True) for g in groups]  # a group of one goes through unread
         r, base = int(metrics["rounds"]), int(metrics["reads"])
 
-        async def game(g: int) -> None:
-            winners[g] = await self._select(ctx, problem, candidates, groups[g], fallbacks[g], r, base + g)
+        async def select(group: list[int], fallback: random.Random, call: int) -> tuple[int, bool]:
+            return await self._select(ctx, problem, candidates, group, fallback, r, call)
 
-        async with ctx.concurrently() as children:
-            for g, group in enumerate(groups):
-                if len(group) > 1:
-                    children.start(game, g)
+        winners = await play(ctx, groups, rng, base, select)
         reads = sum(len(g) > 1 for g in groups)
         metrics.update(rounds=r + 1.0, reads=base + float(reads))
         metrics["unparsable"] += sum(not parsed for _, parsed in winners)

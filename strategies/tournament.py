@@ -30,9 +30,11 @@ from paragen import BaseStrategy, RunContext
 from paragen.types import Problem, StrategyResult, Trace
 from strategies._reading import (
     ReadingConfig,
+    groups_of,
     last_number,
     listing,
     pick,
+    play,
     read,
     readable,
     reading_rng,
@@ -74,8 +76,7 @@ def judge_prompt(template: str, question: str, texts: list[str]) -> str:
 
 def games_of(remaining: list[int], size: int) -> list[list[int]]:
     """The round's games: ``remaining`` (shuffled already) in batches of ``size``, lone leftovers dropped."""
-    batches = [remaining[i : i + size] for i in range(0, len(remaining), size)]
-    return [b for b in batches if len(b) >= 2]
+    return [batch for batch in groups_of(remaining, size) if len(batch) >= 2]
 
 
 class Tournament(BaseStrategy[TournamentConfig]):
@@ -115,15 +116,11 @@ class Tournament(BaseStrategy[TournamentConfig]):
     ) -> list[int]:
         """Every game of the round at once; the losers, game by game in the order the games were cut."""
         r, base = int(metrics["rounds"]), int(metrics["games"])
-        fallbacks = [random.Random(rng.getrandbits(32)) for _ in games]
-        results: list[tuple[int, bool]] = [(g[0], True) for g in games]
 
-        async def game(g: int) -> None:
-            results[g] = await self._judge(ctx, problem, candidates, games[g], fallbacks[g], r, base + g)
+        async def judge(game: list[int], fallback: random.Random, call: int) -> tuple[int, bool]:
+            return await self._judge(ctx, problem, candidates, game, fallback, r, call)
 
-        async with ctx.concurrently() as children:
-            for g in range(len(games)):
-                children.start(game, g)
+        results = await play(ctx, games, rng, base, judge)
         metrics.update(rounds=r + 1.0, games=float(base + len(games)))
         metrics["unparsable"] += sum(not parsed for _, parsed in results)
         return [i for g, (winner, _) in zip(games, results, strict=True) for i in g if i != winner]

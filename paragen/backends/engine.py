@@ -265,7 +265,8 @@ class EngineStream:
             except anyio.EndOfStream:
                 raise StopAsyncIteration from None
             finally:
-                self.prefilled.set()
+                if not self.prefilled.is_set():  # once: this loop runs for every engine step
+                    self.prefilled.set()
             if isinstance(item, BaseException):
                 raise item if isinstance(item, EngineError) else EngineError(repr(item))
             if self._fork is not None:  # known once the step thread has attached it

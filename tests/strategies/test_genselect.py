@@ -20,8 +20,8 @@ from strategy_helpers import SYNC
 from paragen.backends.scripted import ScriptedBackend
 from paragen.errors import ConfigError
 from paragen.types import StrategyResult
-from strategies._reading import last_number, pick, reading_rng
-from strategies.genselect import VERDICT, GenSelect, groups_of, select_prompt
+from strategies._reading import groups_of, last_number, pick, reading_rng
+from strategies.genselect import VERDICT, GenSelect, select_prompt
 
 
 def best_by_answer(prompt: str, order: list[int]) -> str:
