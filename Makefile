@@ -79,7 +79,7 @@ typecheck: $(VENV)/.installed
 	for dir in $$(ls -d tests/*/ | grep -v __pycache__); do $(VENV)/bin/mypy --strict $$dir || exit 1; done
 
 unit: setup
-	$(PY) -m pytest -q -m "not vllm and not vllm_server"
+	$(PY) -m pytest -q -m "not vllm and not vllm_server" --durations=40
 
 # Real vLLM (part of `make test`, so of CI): the OpenAI backend against `vllm serve` started from the
 # vLLM venv, then the in-process backend and `paragen eval`'s SIGTERM path inside the vLLM venv.

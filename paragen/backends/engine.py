@@ -267,12 +267,17 @@ class EngineStream:
             finally:
                 if not self.prefilled.is_set():  # once: this loop runs for every engine step
                     self.prefilled.set()
+            self._took_one()
             if isinstance(item, BaseException):
                 raise item if isinstance(item, EngineError) else EngineError(repr(item))
             if self._fork is not None:  # known once the step thread has attached it
                 self.usage.cached_prompt_tokens = self._fork.num_reused_tokens
             self._pending = [d for out in item if (d := self._delta(out)) is not None]
         return self._pending.pop(0)
+
+    def _took_one(self) -> None:
+        if self.handle.sink.took_one():  # this reader had stalled its sequences: they may run again
+            self.runtime.wake()
 
     def _delta(self, out: StepOutput) -> Delta | None:
         index = self.index_of[out.seq_id]

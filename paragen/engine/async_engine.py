@@ -63,6 +63,10 @@ class AsyncEngine:
         self._sinks = Sinks(engine)
         self._thread: threading.Thread | None = None
         self._is_closed = False
+        # The last step found nothing to run (every running sequence stalled, streams.py): the loop
+        # waits for mail or for a reader to catch up (wake) instead of stepping in vain.
+        self._stuck = False
+        self._wakes = 0  # wake() calls so far: one that lands during a vain step unsticks the loop
 
     @property
     def num_free_blocks(self) -> int:
@@ -113,6 +117,13 @@ class AsyncEngine:
                 await anyio.to_thread.run_sync(self.abort(batch.seq_ids).wait)
             finally:
                 batch.landed.set()
+
+    def wake(self) -> None:
+        """A reader caught up: let its stalled sequences run again (any thread)."""
+        with self._cond:
+            self._wakes += 1
+            self._stuck = False
+            self._cond.notify()
 
     async def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the step thread between two steps and return its result (or raise its error).
@@ -175,7 +186,7 @@ class AsyncEngine:
         torch.set_num_threads(self.engine.num_threads)
         while True:
             with self._cond:
-                while not self._is_closed and self.engine.is_idle and not self._has_mail():
+                while not self._is_closed and self._nothing_to_do():
                     self._cond.wait()
                 if self._is_closed:
                     break
@@ -185,7 +196,11 @@ class AsyncEngine:
             )
             self._apply(inbox)
             if not self.engine.is_idle:
-                self._step()
+                wakes = self._wakes
+                self._sinks.mark_stalled()
+                ran = self._step()
+                with self._cond:
+                    self._stuck = not ran and self._wakes == wakes
         self._shut_down()
 
     def _shut_down(self) -> None:
@@ -219,6 +234,9 @@ class AsyncEngine:
     def _closed(self) -> bool:
         return self._is_closed
 
+    def _nothing_to_do(self) -> bool:
+        return (self.engine.is_idle or self._stuck) and not self._has_mail()
+
     def _has_mail(self) -> bool:
         return bool(self._inbox.adds or self._inbox.aborts or self._inbox.calls)
 
@@ -233,10 +251,12 @@ class AsyncEngine:
             done.set()
         self.calls.run(inbox.calls)
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
+        """One engine step and its outputs delivered; False when it found nothing to run."""
         try:
             outputs = self.engine.step()
         except Exception as exc:  # a failed step fails its requests, not the engine thread
             self._sinks.fail_all(EngineError(f"engine step failed: {exc!r}"))
-            return
+            return True
         self._sinks.deliver_step(outputs)
+        return bool(outputs)

@@ -4,6 +4,8 @@ Prefill first (one prompt per step, so its n samples fork from it right after),
 otherwise one decode step over every running sequence. When a decode step needs a
 block and none is free, the newest running sequence is preempted: its blocks are
 freed and it is recomputed later from its tokens (nothing it streamed is lost).
+A running sequence whose reader has stopped reading (``Sequence.stalled``) sits out decode
+steps with its cache kept, until its reader catches up.
 """
 
 from __future__ import annotations
@@ -100,8 +102,8 @@ class Scheduler:
         """Make sure every running sequence has a slot for its next token; preempt if the pool is dry."""
         batch: list[Sequence] = []
         for seq in list(self.running):
-            if seq.status != SeqStatus.RUNNING:
-                continue  # preempted below while making room for an earlier one
+            if seq.status != SeqStatus.RUNNING or seq.stalled:
+                continue  # preempted below while making room for an earlier one, or unread
             if self.ensure_slot(seq):
                 batch.append(seq)
         return batch

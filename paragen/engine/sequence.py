@@ -49,6 +49,7 @@ class Sequence:
     fork_of: int | None = None  # a running sequence whose cache this one starts from (a probe)
     num_reused_tokens: int = 0  # tokens taken from that cache instead of prefilled
     thinking: ThinkingBudget | None = None  # where the request has a thinking budget
+    stalled: bool = False  # its reader is behind (streams.py): decode steps pass it by, its cache stays
 
     @property
     def num_tokens(self) -> int:

@@ -2,6 +2,11 @@
 
 The step thread hands a step's outputs over with one ``anyio.from_thread.run_sync`` call per event
 loop, however many requests live there. A request whose event loop is gone is aborted.
+
+A reader that stops reading stops its sequences: once ``STALL_STEPS`` steps' outputs wait unread
+in a request's stream, its sequences sit out decode steps (``Sequence.stalled``, their cache kept)
+until the reader takes them. A monitor that holds a sample (Parallel-Probe's round barrier, a
+probe awaited mid-stream) so costs the engine a few steps, not a whole sample's worth.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from paragen.engine.llm_engine import LLMEngine, StepOutput
 from paragen.engine.sequence import Sequence
 
 Item = list[StepOutput] | BaseException
+STALL_STEPS = 4  # unread steps that stall a request: a reader that keeps up is 0-1 behind
 
 
 @dataclass(slots=True)
@@ -27,6 +33,12 @@ class Sink:
 
     send: MemoryObjectSendStream[Item]
     token: anyio.lowlevel.EventLoopToken
+    unread: int = 0  # items sent and not yet received (both ends run in the event loop's thread)
+
+    def took_one(self) -> bool:
+        """Count an item the reader took; True when that brought it back from a stall."""
+        self.unread -= 1
+        return self.unread == STALL_STEPS - 1
 
 
 @dataclass(slots=True)
@@ -56,6 +68,14 @@ class Sinks:
 
     def discard(self, seq_id: int) -> None:
         self._by_seq.pop(seq_id, None)
+
+    def mark_stalled(self) -> None:
+        """Stall the sequences whose reader is ``STALL_STEPS`` behind, free the others (step thread)."""
+        seqs = self.engine.seqs
+        for seq_id, sink in self._by_seq.items():
+            seq = seqs.get(seq_id)
+            if seq is not None:
+                seq.stalled = sink.unread >= STALL_STEPS
 
     def deliver_step(self, outputs: list[StepOutput]) -> None:
         """Each output to its sequence's sink; a finished sequence's sink is forgotten."""
@@ -99,3 +119,4 @@ def _put_all(batch: list[tuple[Sink, Item]]) -> None:
     for sink, item in batch:
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             sink.send.send_nowait(item)  # a closed stream: the reader left and its abort is on the way
+            sink.unread += 1
