@@ -152,13 +152,15 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator, judges: Sequence[Judge]) ->
     try:
         # The grading processes start and are waited for before any problem: started at the first
         # answer, they would take the CPU from the problems then in flight (the first strategy's latencies).
-        grader.start()
+        if not spec.task.proof:  # judges grade proofs: no math-verify processes to start
+            grader.start()
         await orch.open()
         for combo in spec.combos:  # a reward model that cannot be loaded fails here, before any record
             await orch.open_verifiers(combo.strategy)
         # Every configuration checked before anything is written: what cannot run ends it here.
         provenance = await check_sweep(spec, orch.backend)
-        await anyio.to_thread.run_sync(grader.wait_started)
+        if not spec.task.proof:
+            await anyio.to_thread.run_sync(grader.wait_started)
         fresh = fresh_run_info(spec).model_copy(update=provenance)
         check_shard_resume(folder.path, fresh)
         run_info = prepare_run(folder.path, fresh, resume=folder.resume, new_run=folder.new_run)

@@ -229,9 +229,7 @@ def to_problems(task: Task, loaded: LoadedRows) -> list[Problem]:
     """Every row as a Problem; refuses missing fields, rows without question or answer, and duplicate ids."""
     fields, where = loaded.fields, loaded.source.name
     columns = set(loaded.rows.column_names)
-    roles = (("question", fields.question), ("answer", fields.answer), ("id", fields.id),
-             ("guideline", fields.guideline), ("reference", fields.reference))  # fmt: skip
-    for role, name in roles:
+    for role, name in (("question", fields.question), ("answer", fields.answer), ("id", fields.id)):
         if name is not None and name not in columns:
             raise ConfigError(
                 f"{where} has no {role} field {name!r}",
