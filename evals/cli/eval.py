@@ -97,7 +97,7 @@ TaskOpt = Annotated[
 PromptOpt = Annotated[
     str | None,
     typer.Option(
-        help="prompt template: a name (paragen, matharena, matharena-aime, deepseek-r1, "
+        help="prompt template: a name (paragen, proof, matharena, matharena-aime, deepseek-r1, "
         "qwen25-math-cot) or a file (default: the task's)"
     ),
 ]

@@ -44,6 +44,7 @@ PROOFS_MINI = Task(
     bundled="proofs_mini.jsonl",
     bundled_fields=PROOF_FIELDS,
     proof=True,
+    prompt="proof",
 )
 
 IMO_PROOFBENCH = Task(
@@ -58,6 +59,7 @@ IMO_PROOFBENCH = Task(
     ),
     note="hub only, no bundled copy",
     proof=True,
+    prompt="proof",
 )
 
 USAMO26 = Task(
@@ -66,4 +68,5 @@ USAMO26 = Task(
     hub=HubSource("MathArena/usamo_2026", split="train", fields=MATHARENA_PROOF_FIELDS, rows=6),
     note="hub only, no bundled copy; revision not pinned (no public pin found): the hub's main",
     proof=True,
+    prompt="proof",
 )
