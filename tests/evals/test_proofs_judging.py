@@ -11,13 +11,13 @@ from typer.testing import CliRunner, Result
 
 from evals.cli import app
 from evals.run.combos import build_combos
-from evals.run.judging import Judge, aggregate, read_score
+from evals.run.judging import Judge, aggregate, grade_proof, judge_params, read_score
 from evals.run.records import RECORDS_FILE, RUN_FILE, EvalRecord, JudgeScore, read_records
 from evals.run.runner import run_eval
 from evals.run.spec import BackendSetup, EvalSpec, Execution, RunFolder, Sampling
 from evals.tasks import Selection, get_task, load_task
 from paragen.backends.scripted import Script, ScriptedBackend
-from paragen.types import SamplingParams
+from paragen.types import Problem, SamplingParams, StrategyResult
 
 runner = CliRunner()
 BASE = [
@@ -75,6 +75,20 @@ def test_the_judges_mean_as_matharena_takes_it(
     grade = aggregate([_verdict(s) for s in scores], "x")
     assert (grade.outcome, grade.score, grade.correct) == (outcome, mean, outcome == "correct")
     assert grade.cause == ("none" if mean is None else None)
+
+
+@pytest.mark.anyio
+async def test_a_failing_judge_is_left_out_with_its_cause_and_no_proof_is_not_judged() -> None:
+    problem = Problem(id="p", question="Prove 1 = 1.", meta={"guideline": "(7 points) any proof"})
+    result = StrategyResult(strategy="single", problem_id="p", answer=None, text="Trivially, 1 = 1.")
+    good = Judge("good", ScriptedBackend(["Fine. <score>7</score>"]))
+    bad = Judge("bad", ScriptedBackend([Script(text="x", fail="http500")]))
+    grade = await grade_proof([good, bad], problem, result, judge_params(64))
+    assert (grade.outcome, grade.score) == ("correct", 7.0) and grade.judges is not None
+    assert grade.judges[1].score is None and "500" in (grade.judges[1].cause or "")
+    empty = StrategyResult(strategy="single", problem_id="p", answer=None, text=" ")
+    assert (await grade_proof([good], problem, empty, judge_params(64))).outcome == "no_answer"
+    assert isinstance(good.backend, ScriptedBackend) and good.backend.calls == 1
 
 
 def _eval(tmp_path: Path, *judges: str) -> Result:
@@ -154,6 +168,9 @@ def test_regrade_offline_gives_the_other_judges_scores_and_keeps_the_records(tmp
     assert json.loads(result.stdout)["summary"][0]["accuracy"] == 0.0
     plain = runner.invoke(app, ["report", str(run), "--judge", other])
     _one_line_exit_2(plain, "--judge re-grades proofs: give it with --regrade")
+    kept = runner.invoke(app, ["report", str(run), "--regrade", "--format", "json"])
+    assert "2 proof records keep their judges' grades (give --judge to re-grade)" in kept.stderr
+    assert json.loads(kept.stdout)["summary"][0]["accuracy"] == 1.0  # the first judge's 7s
 
 
 @pytest.mark.anyio
