@@ -9,6 +9,8 @@ the EvalSpec that evals.run.settings.build_spec makes of it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -95,7 +97,7 @@ TaskOpt = Annotated[
 PromptOpt = Annotated[
     str | None,
     typer.Option(
-        help="prompt template: a name (paragen, matharena, matharena-aime, deepseek-r1, "
+        help="prompt template: a name (paragen, proof, matharena, matharena-aime, deepseek-r1, "
         "qwen25-math-cot) or a file (default: the task's)"
     ),
 ]
@@ -107,6 +109,14 @@ PresetOpt = Annotated[
 ShardOpt = Annotated[
     str | None,
     typer.Option(metavar="I/N", help="run only shard I of N of the sweep (merge them: paragen merge)"),
+]
+JudgeOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--judge",
+        metavar="SPEC",
+        help="a proof task's judge: a backend spec (KIND[:TARGET]); repeat for several, scores averaged",
+    ),
 ]
 ProcsOpt = Annotated[
     int | None,
@@ -181,6 +191,7 @@ def eval_command(
     preset: PresetOpt = None,
     shard: ShardOpt = None,
     procs: ProcsOpt = None,
+    judge: JudgeOpt = [],  # noqa: B006
 ) -> None:
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
     from evals.run.orphans import exit_with_parent
@@ -204,7 +215,9 @@ def eval_command(
         )  # fmt: skip
         request = _with_preset(ctx, request, preset, strategy_opt)
         chosen = choose_backend(backend, model=model, base_url=base_url, options=backend_opt)
-        records = _run(ctx, request, chosen, otlp_endpoint=otlp_endpoint, plot=plot, procs=procs)
+        judges = [choose_backend(spec, model=None, base_url=None, options=[]) for spec in judge]
+        request = replace(request, judges=[j.shown for j in judges])
+        records = _run(ctx, request, chosen, judges, otlp_endpoint=otlp_endpoint, plot=plot, procs=procs)
     except ParagenError as exc:
         fail(exc)
     _after_run(out, records, shard_part, plot)
@@ -235,6 +248,7 @@ def _run(
     ctx: typer.Context,
     request: SweepRequest,
     backend: opts.BackendChoice,
+    judges: list[opts.BackendChoice],
     *,
     otlp_endpoint: str | None,
     plot: bool | None,
@@ -254,7 +268,7 @@ def _run(
         typer.echo(f"data: {spec.data.describe()} ({spec.data.note})", err=True)
     with run_folder_lock(request.out):  # one writer per run folder: a second one is refused
         if procs is None:
-            return run_sweep(spec, backend, otlp_endpoint=otlp_endpoint)
+            return run_sweep(spec, backend, otlp_endpoint=otlp_endpoint, judges=judges)
         return run_procs(ctx, request.out, procs, request.shard, resume=request.resume or request.new_run)
 
 
@@ -293,20 +307,35 @@ def _end_of_run(records: list[EvalRecord]) -> None:
 
 
 def run_sweep(
-    spec: EvalSpec, backend: opts.BackendChoice, *, otlp_endpoint: str | None = None
+    spec: EvalSpec,
+    backend: opts.BackendChoice,
+    *,
+    otlp_endpoint: str | None = None,
+    judges: Sequence[opts.BackendChoice] = (),
 ) -> list[EvalRecord]:
-    """Build the backend and run the sweep of ``spec``; its records in input order."""
+    """Build the backend (and a proof task's judges), run the sweep of ``spec``: its records, in order."""
     import anyio
 
+    from evals.run.judging import Judge
     from evals.run.runner import run_eval
 
+    # A judge that is the sweep's own backend grades with it (one model loaded, not two); the others
+    # are built first, so a judge that cannot be built fails before the model loads.
+    own = {i: j.build() for i, j in enumerate(judges) if not _same_backend(j, backend)}
     built = backend.build()
+    judging = [Judge(j.shown, own.get(i, built)) for i, j in enumerate(judges)]
 
     async def main() -> list[EvalRecord]:
         try:
-            return await run_eval(spec, built)
+            return await run_eval(spec, built, judging)
         finally:
+            for judge in own.values():
+                await judge.aclose()
             await built.aclose()
 
     with tracing.configured(otlp_endpoint):  # flushed before the command returns
         return anyio.run(until_terminated, main)
+
+
+def _same_backend(one: opts.BackendChoice, other: opts.BackendChoice) -> bool:
+    return (one.shown, one.target, one.options) == (other.shown, other.target, other.options)

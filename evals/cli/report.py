@@ -2,18 +2,24 @@
 estimates, budgets, per-sample metrics), as a table, JSON, CSV or Markdown, and the Pareto plot.
 
     paragen report runs/NAME --format md --regrade --plot
+    paragen report runs/PROOFS --regrade --judge openai:http://host/v1   # proofs, another judge
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from paragen.cli_options import fail, split_commas
 from paragen.errors import ConfigError, ParagenError
+
+if TYPE_CHECKING:
+    from evals.run.judging import Judge
 
 PLOT_FILE = "pareto.png"
 
@@ -41,6 +47,12 @@ def report_command(
         str | None, typer.Option(help="comma-separated latency budgets per problem (s) for the budget table")
     ] = None,
     csv_table: Annotated[str, typer.Option(help="with --format csv: summary, paired or budgets")] = "summary",
+    judge: Annotated[
+        list[str],
+        typer.Option(
+            "--judge", metavar="SPEC", help="with --regrade: re-grade proofs with this judge (repeatable)"
+        ),
+    ] = [],  # noqa: B006
 ) -> None:
     """Summarize runs' records: accuracy with CIs, paired comparisons, offline estimates, budgets."""
     from evals.report.plots import require_plotting
@@ -49,9 +61,30 @@ def report_command(
         if plot:
             require_plotting()
         options = _report_options(baseline, pairs, within_tokens, within_latency, csv_table)
-        show_report(runs, fmt=fmt, do_regrade=regrade, plot=plot, **options)
+        if judge and not regrade:
+            raise ConfigError("--judge re-grades proofs: give it with --regrade")
+        with _judges(judge) as judges:
+            show_report(runs, fmt=fmt, do_regrade=regrade, plot=plot, judges=judges, **options)
     except ParagenError as exc:
         fail(exc)
+
+
+@contextmanager
+def _judges(specs: list[str]) -> Iterator[list[Judge]]:
+    """The judges of ``--judge``, built (each spec checked first) and closed after the report."""
+    import anyio
+
+    from evals.report.regrade import close_judges
+    from evals.run.judging import Judge
+    from paragen.cli_options import choose_backend
+
+    choices = [choose_backend(spec, model=None, base_url=None, options=[]) for spec in specs]
+    judges: list[Judge] = []
+    try:
+        judges.extend(Judge(choice.shown, choice.build()) for choice in choices)
+        yield judges
+    finally:
+        anyio.run(close_judges, judges)
 
 
 def _report_options(

@@ -1,8 +1,8 @@
 """Reports from a run's records: summary tables (terminal, JSON, CSV, Markdown) and offline estimates.
 
 Nothing here needs a model: ``regrade`` re-scores the recorded answers against the
-recorded gold answers with the current grader, and the sample bank re-aggregates the
-recorded samples.
+recorded gold answers with the current grader (and proofs with the judges given, see
+evals.report.regrade), and the sample bank re-aggregates the recorded samples.
 """
 
 from __future__ import annotations
@@ -17,25 +17,18 @@ from evals.analysis.bank import Verdicts
 from evals.analysis.compare import common_problems, comparison_rows, restrict, seed_of, settings_of
 from evals.analysis.metrics import CI_SEED, Point, ProblemStats, matched_cost, summarize
 from evals.analysis.published import published_rows
+from evals.report.regrade import is_proof, regrade, write_regraded
 from evals.report.render import print_report, render, table_cells
 from evals.report.samples import sample_rows
 from evals.run.grading import Grader
-from evals.run.records import EvalRecord, GradeRecord, RunInfo, load_records, records_path, run_infos
+from evals.run.judging import Judge
+from evals.run.records import EvalRecord, RunInfo, load_records, records_path, run_infos
 from paragen.errors import ConfigError
 
 __all__ = ["build_report", "print_report", "render", "table_cells"]
 
 GroupKey = tuple[str, str, int, str]
 """(task, strategy, n, settings id): one row of the report."""
-
-
-def regrade(records: list[EvalRecord], grader: Grader) -> list[EvalRecord]:
-    """The records with their grades recomputed from the recorded answers (no model involved)."""
-    grades = grader.grade_many([(r.result, r.problem.gold) for r in records])
-    return [
-        r.model_copy(update={"grade": GradeRecord.model_validate(g.as_dict())})
-        for r, g in zip(records, grades, strict=True)
-    ]
 
 
 def problem_stats(record: EvalRecord) -> ProblemStats:
@@ -166,6 +159,7 @@ def build_report(
     baseline: str | None = None,
     all_pairs: bool = False,
     within: dict[str, list[float]] | None = None,
+    judges: Sequence[Judge] = (),
 ) -> dict[str, Any]:
     """Everything a report shows, as plain data; one ConfigError line when the records cannot be used.
 
@@ -176,7 +170,8 @@ def build_report(
     named, notes = _joined(dirs, names)
     with Grader(workers=workers) as grader:
         if do_regrade:
-            named = [(name, regrade(records, grader)) for name, records in named]
+            named = [(name, regrade(records, grader, judges)) for name, records in named]
+            notes += _regrade_notes(dirs, named, judges)
         folders = [name if len(named) > 1 else "" for name, _ in named]
         per_run = [_run_sections(records, folder, grader, within or {})
                    for (_, records), folder in zip(named, folders, strict=True)]  # fmt: skip
@@ -235,6 +230,22 @@ def _run_sections(
         "offline": offline_rows(banks, verdicts, folder),
         "within_budget": budget_rows(banks, verdicts, rows, within),
     }
+
+
+def _regrade_notes(
+    dirs: Sequence[Path], named: Sequence[tuple[str, list[EvalRecord]]], judges: Sequence[Judge]
+) -> list[str]:
+    """Where the re-graded proofs went, or that they kept their grades (no --judge given)."""
+    notes = []
+    for folder, (_, records) in zip(dirs, named, strict=True):
+        proofs = sum(is_proof(r) for r in records)
+        if proofs and not judges:
+            notes.append(
+                f"{folder}: {proofs} proof records keep their judges' grades (give --judge to re-grade)"
+            )
+        elif proofs:
+            notes.append(f"{folder}: {proofs} proof records re-graded into {write_regraded(folder, records)}")
+    return notes
 
 
 def folder_names(dirs: Sequence[Path]) -> list[str]:

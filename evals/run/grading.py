@@ -42,14 +42,19 @@ class Grade:
     answer: str | None
     gold: str | None
     cause: str | None = None
+    score: float | None = None  # a proof: the judges' mean score (evals.run.judging)
+    judges: list[Any] | None = None  # a proof: each judge's JudgeScore
 
     @property
     def correct(self) -> bool:
         return self.outcome == "correct"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"outcome": self.outcome, "correct": self.correct, "answer": self.answer, "gold": self.gold,
-                "cause": self.cause}  # fmt: skip
+        fields: dict[str, Any] = {"outcome": self.outcome, "correct": self.correct, "answer": self.answer,
+                                  "gold": self.gold, "cause": self.cause}  # fmt: skip
+        if self.judges is not None:
+            fields.update(score=self.score, judges=[j.model_dump() for j in self.judges])
+        return fields
 
 
 class _Timeout(Exception):

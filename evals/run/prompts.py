@@ -6,6 +6,8 @@ text is the data, so a run records the template whole, once, in its run.json; ea
 it (name, hash of the words, source) without its text, which may be a file of any size.
 
 - ``paragen``: paragen's own system prompt, the question as the user message.
+- ``proof``: paragen's own wording for proof tasks (graded by judges, evals.run.judging): a system
+  prompt asking for a complete, rigorous proof, the problem as the user message.
 - ``matharena`` / ``matharena-aime``: MathArena's final-answer competitions. The user
   message is the competition's instruction, a blank line, then the problem; no system
   message. ``src/matharena/runner.py`` builds ``f"{instruction}\\n\\n{problem}"``; the
@@ -44,10 +46,17 @@ MATHARENA_BOXED = "Put your final answer within \\boxed{}."
 MATHARENA_AIME = MATHARENA_BOXED + "\nThe answer is an integer between 0 and 999 inclusive."
 _MATHARENA = "github.com/eth-sri/matharena src/matharena/runner.py + configs/competitions/"
 
+PROOF_SYSTEM = (
+    "You are a careful mathematician. Write a complete and rigorous proof of the statement you are "
+    "given: state what you assume, justify every step, and do not skip cases. End with a short "
+    "conclusion stating what has been proved."
+)
+
 TEMPLATES: dict[str, PromptTemplate] = {
     t.name: t
     for t in (
         PARAGEN,
+        PromptTemplate("proof", PROBLEM, PROOF_SYSTEM, "paragen"),
         PromptTemplate("matharena", MATHARENA_BOXED + "\n\n" + PROBLEM, None, _MATHARENA + "hmmt, brumo"),
         PromptTemplate("matharena-aime", MATHARENA_AIME + "\n\n" + PROBLEM, None, _MATHARENA + "aime"),
         PromptTemplate(

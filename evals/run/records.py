@@ -60,6 +60,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class JudgeScore(_Strict):
+    """One judge's verdict on a proof (evals.run.judging): its spec (no credentials), its 0-7 score
+    (None: no score could be read from its reply), its whole reply and the tokens it wrote."""
+
+    judge: str
+    score: int | None
+    reasoning: str
+    tokens: int
+    cause: str | None = None  # why there is no score
+
+
 class GradeRecord(_Strict):
     outcome: Literal[
         "correct", "incorrect", "no_answer", "truncated", "error", "failed", "grader_timeout", "grader_error"
@@ -68,6 +79,9 @@ class GradeRecord(_Strict):
     answer: str | None
     gold: str | None
     cause: str | None = None
+    # Proof tasks only: the judges' mean score (0-7) and each judge's verdict.
+    score: float | None = None
+    judges: list[JudgeScore] | None = None
 
 
 class RunFailure(_Strict):
@@ -133,6 +147,7 @@ class RunInfo(_Strict):
     # completes it sets it back to False.
     partial: bool = False
     prompt: PromptRecord | None = None  # the words the problems were asked in
+    judges: list[str] | None = None  # a proof task: the judges' specs (no credentials), in order
     preset: dict[str, Any] | None = None  # the published setting this run reproduces (evals.run.presets)
     # The model that answered (evals.run.preflight): the engine's name, file and sha256, or the
     # server's /models entry; a preset's own model beside it, and whether they are the same.
@@ -172,7 +187,10 @@ class EvalRecord(_Strict):
     def to_line(self) -> str:
         # Without a failure the line carries no ``failure`` key, so readers that lack the field read it.
         # Likewise without a prompt.
-        exclude = {name for name in ("failure", "prompt") if getattr(self, name) is None}
+        exclude: dict[str, Any] = {n: True for n in ("failure", "prompt") if getattr(self, n) is None}
+        # Likewise a grade without judges (every task but proofs) keeps its old fields only.
+        if self.grade.judges is None:
+            exclude["grade"] = {"score", "judges"}
         return self.model_dump_json(by_alias=True, exclude=exclude) + "\n"
 
 
@@ -330,6 +348,7 @@ def prepare_run(run_dir: Path, fresh: RunInfo, *, resume: bool, new_run: bool) -
             "seeds": old.seeds + [s for s in fresh.seeds if s not in old.seeds],
             "prompt": old.prompt or fresh.prompt,
             "preset": old.preset or fresh.preset,
+            "judges": fresh.judges or old.judges,  # this invocation's judges
             "model": fresh.model or old.model,  # this invocation's model (a resume on another says so)
             "preset_model": fresh.preset_model or old.preset_model,
             "model_matches_preset": _either(fresh.model_matches_preset, old.model_matches_preset),

@@ -16,14 +16,15 @@ import time
 import traceback
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import anyio.to_thread
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 
 from evals.run.combos import Combo
 from evals.run.grading import Grade, Grader
+from evals.run.judging import Judge, grade_proof, judge_params
 from evals.run.preflight import check_sweep
 from evals.run.progress import sweep_progress
 from evals.run.prompts import PromptRecord, get_template, prompt_setting
@@ -113,11 +114,14 @@ def _whole_run_info(spec: EvalSpec) -> RunInfo:
         seeds=spec.sampling.seeds if len(spec.sampling.seeds) > 1 else [],
         prompt=PromptRecord.of(spec_template(spec)),
         preset=spec.preset,
+        judges=spec.judges or None,
     )
 
 
-async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
+async def run_eval(spec: EvalSpec, backend: Backend, judges: Sequence[Judge] = ()) -> list[EvalRecord]:
     """Run the sweep, appending a record per finished problem; returns this sweep's records in input order.
+
+    A proof task is graded by ``judges`` (evals.run.judging), concurrently across problems.
 
     Settings are checked against a recorded run before anything is written (see
     :func:`evals.run.records.prepare_run`); problems recorded with a result are skipped and
@@ -137,24 +141,26 @@ async def run_eval(spec: EvalSpec, backend: Backend) -> list[EvalRecord]:
     # does not speak the API is one error here, not a folder of error records.
     try:
         with using_template(spec_template(spec)):  # the strategies' tasks inherit it
-            return await _sweep(spec, orch)
+            return await _sweep(spec, orch, judges)
     finally:
         await orch.aclose()
 
 
-async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
+async def _sweep(spec: EvalSpec, orch: Orchestrator, judges: Sequence[Judge]) -> list[EvalRecord]:
     grader = Grader(workers=spec.execution.grader_workers, equivalence=spec.task.equivalence)
     folder = spec.folder
     try:
         # The grading processes start and are waited for before any problem: started at the first
         # answer, they would take the CPU from the problems then in flight (the first strategy's latencies).
-        grader.start()
+        if not spec.task.proof:  # judges grade proofs: no math-verify processes to start
+            grader.start()
         await orch.open()
         for combo in spec.combos:  # a reward model that cannot be loaded fails here, before any record
             await orch.open_verifiers(combo.strategy)
         # Every configuration checked before anything is written: what cannot run ends it here.
         provenance = await check_sweep(spec, orch.backend)
-        await anyio.to_thread.run_sync(grader.wait_started)
+        if not spec.task.proof:
+            await anyio.to_thread.run_sync(grader.wait_started)
         fresh = fresh_run_info(spec).model_copy(update=provenance)
         check_shard_resume(folder.path, fresh)
         run_info = prepare_run(folder.path, fresh, resume=folder.resume, new_run=folder.new_run)
@@ -163,7 +169,7 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator) -> list[EvalRecord]:
         write_run_info(folder.path, run_info)
         try:
             with _progress(spec.execution.progress) as progress:
-                sweep = _Sweep(spec, orch, grader, writer, run_info, progress)
+                sweep = _Sweep(spec, orch, grader, writer, run_info, progress, list(judges))
                 for sampling in spec.sampling.passes():
                     orch.defaults = sampling
                     if await sweep.run_combos() and spec.execution.fail_fast:
@@ -188,6 +194,8 @@ class _Sweep:
     writer: RecordWriter
     run_info: RunInfo
     progress: Progress
+    judges: list[Judge]
+    _writing: anyio.Lock = field(default_factory=anyio.Lock)  # judged records are written from many tasks
 
     async def run_combos(self) -> bool:
         """Every configuration at the orchestrator's current seed; True when a problem's run raised."""
@@ -207,7 +215,9 @@ class _Sweep:
         tally = _Tally()
         bar = self.progress.add_task(tally.text(combo), total=len(mine), completed=len(mine) - len(todo))
         failed = False
-        async with self.orch.stream_outcomes(combo.strategy, todo) as finished:
+        judging = anyio.CapacityLimiter(spec.execution.max_concurrent)
+        outcomes = self.orch.stream_outcomes(combo.strategy, todo)
+        async with anyio.create_task_group() as proofs, outcomes as finished:
             async for index, outcome in finished:
                 problem = todo[index]
                 if isinstance(outcome, Exception):
@@ -220,23 +230,47 @@ class _Sweep:
                     if spec.execution.fail_fast:
                         return True
                     continue
+                if spec.task.proof:  # judged in the background: the next problems go on meanwhile
+                    proofs.start_soon(self._judge, combo, problem, outcome, sampling, (judging, tally, bar))
+                    continue
                 grades = await anyio.to_thread.run_sync(self.grader.grade_many, [(outcome, problem.gold)])
-                record = make_record(
-                    spec,
-                    combo,
-                    problem,
-                    result=outcome,
-                    grade=grades[0],
-                    run_info=run_info,
-                    sampling=sampling,
-                )
-                await self._record(record)
-                tally.add(grades[0], outcome)
-                self.progress.update(bar, advance=1, description=tally.text(combo))
+                await self._finish(combo, problem, outcome, grades[0], sampling, tally, bar)
         return failed
 
+    async def _judge(
+        self,
+        combo: Combo,
+        problem: Problem,
+        result: StrategyResult,
+        sampling: SamplingParams,
+        shown: tuple[anyio.CapacityLimiter, _Tally, TaskID],
+    ) -> None:
+        judging, tally, bar = shown
+        async with judging:
+            grade = await grade_proof(self.judges, problem, result, judge_params(sampling.max_tokens))
+        await self._finish(combo, problem, result, grade, sampling, tally, bar)
+
+    async def _finish(
+        self,
+        combo: Combo,
+        problem: Problem,
+        result: StrategyResult,
+        grade: Grade,
+        sampling: SamplingParams,
+        tally: _Tally,
+        bar: TaskID,
+    ) -> None:
+        """Record a graded result and show it."""
+        record = make_record(
+            self.spec, combo, problem, result=result, grade=grade, run_info=self.run_info, sampling=sampling
+        )
+        await self._record(record)
+        tally.add(grade, result)
+        self.progress.update(bar, advance=1, description=tally.text(combo))
+
     async def _record(self, record: EvalRecord) -> None:
-        await anyio.to_thread.run_sync(self.writer.append, record)
+        async with self._writing:
+            await anyio.to_thread.run_sync(self.writer.append, record)
 
 
 def combo_key(spec: EvalSpec, run_info: RunInfo, combo: Combo, problem: Problem, *, seed: int | None) -> Key:

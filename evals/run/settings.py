@@ -17,7 +17,7 @@ from typing import Any
 from evals.run.presets import Preset
 from evals.run.shards import Shard
 from evals.run.spec import BackendSetup, EvalSpec, Execution, RunFolder, Sampling
-from evals.tasks import Selection
+from evals.tasks import Selection, Task
 from evals.tasks.loading import SourceChoice
 from paragen.cli_options import BackendChoice, unique, validated
 from paragen.config import Budget
@@ -68,6 +68,7 @@ class SweepRequest:
     fail_fast: bool = False
     shard: Shard | None = None
     preset: dict[str, Any] | None = None  # what run.json keeps of the preset run
+    judges: list[str] = field(default_factory=list)  # --judge: the specs as shown (no credentials)
 
 
 def checked_ns(values: list[int], shown: str) -> list[int]:
@@ -125,6 +126,7 @@ def build_spec(request: SweepRequest, backend: BackendChoice) -> EvalSpec:
                     id_field=request.id_field, grading=request.grading, split=request.split)  # fmt: skip
     if request.revision is not None:
         task = at_revision(task, request.revision)
+    check_judges(task, request.judges)
     selection = _selection(request)
     at_least(request.max_concurrent, 1, "--max-concurrent")
     sampling = _sampling(request)
@@ -143,8 +145,19 @@ def build_spec(request: SweepRequest, backend: BackendChoice) -> EvalSpec:
         sampling=Sampling(sampling, seeds=request.seeds if len(request.seeds) > 1 else [], budget=budget),
         execution=Execution(max_concurrent=request.max_concurrent, progress=request.progress,
                             fail_fast=request.fail_fast, shard=request.shard),
-        prompt=template, preset=request.preset, shuffle_seed=request.shuffle or 0,
+        prompt=template, preset=request.preset, shuffle_seed=request.shuffle or 0, judges=request.judges,
     )  # fmt: skip
+
+
+def check_judges(task: Task, judges: list[str]) -> None:
+    """A proof task needs judges, and only a proof task takes them."""
+    if task.proof and not judges:
+        raise ConfigError(
+            f"task {task.name!r} is graded by judges: give --judge SPEC (a backend, e.g. openai:URL)",
+            hint="--judge may be given several times; their scores are averaged",
+        )
+    if judges and not task.proof:
+        raise ConfigError(f"--judge grades proof tasks; {task.name!r} is graded by math-verify")
 
 
 def at_least(value: int | None, least: int, flag: str) -> None:

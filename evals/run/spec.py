@@ -90,6 +90,7 @@ class EvalSpec:
     prompt: PromptTemplate | None = None  # None: the task's default template
     preset: dict[str, Any] | None = None  # the published setting run (evals.run.presets), kept in run.json
     shuffle_seed: int = 0  # the seed the problems were shuffled with (run.json's and each record's "seed")
+    judges: list[str] = field(default_factory=list)  # a proof task: its judges' specs, credentials left out
 
 
 def owned_problems(spec: EvalSpec, seed: int | None, combo: Combo) -> list[Problem]:

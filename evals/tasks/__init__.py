@@ -16,7 +16,10 @@ from evals.tasks.tools import TOOL_TASKS, tool_task
 from paragen.answers import ExtractMode
 from paragen.errors import ConfigError
 
-BUILTIN = ("arith", "gsm8k", "math500", "aime24", "aime25", "aime26", "hmmt_feb25", "brumo25", "amc23")
+BUILTIN = (
+    "arith", "gsm8k", "math500", "aime24", "aime25", "aime26", "hmmt_feb25", "brumo25", "amc23",
+    "proofs_mini", "imo_proofbench", "usamo26",
+)  # fmt: skip
 _FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 _MODES: tuple[ExtractMode, ...] = ("auto", "boxed", "answer_is", "last_number")
 

@@ -29,9 +29,13 @@ class Fields:
     """Which row fields hold the question, the gold answer and the id (``None`` id = row index)."""
 
     question: str = "problem"
-    answer: str = "answer"
+    answer: str | None = "answer"  # None: the rows have no gold answer (proofs)
     id: str | None = "id"
     gold: Callable[[str], str] | None = None  # turns the answer field into the gold answer
+    # Proof tasks: the field with each problem's grading guideline (text, or MathArena's list of
+    # {title, points, desc}) and the one with its reference solution (None: the source has none).
+    guideline: str | None = None
+    reference: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,9 @@ class Task:
     # (Game of 24 expressions, the LLMCompiler sets' text); a top-level function, so it pickles.
     equivalence: Callable[[str, str], bool] | None = None
     prompt: str = "paragen"  # the prompt template a run uses unless --prompt names another
+    # Graded by LLM judges against each problem's guideline (evals.run.judging), not by math-verify;
+    # a run needs --judge.
+    proof: bool = False
 
     def bundled_path(self) -> Path:
         assert self.bundled is not None

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from evals.tasks.base import Fields, HubSource, Task
+from evals.tasks.proof_rows import proof_meta
 from paragen.errors import ConfigError
 from paragen.types import Problem
 
@@ -253,14 +254,17 @@ def _problem(task: Task, row: dict[str, Any], fields: Fields, index: int, where:
     question = row.get(fields.question)
     if not isinstance(question, str) or not question.strip():
         raise ConfigError(f"{where}: row {index} has no text in field {fields.question!r}")
-    gold = _gold(row.get(fields.answer), f"{where}: row {index} field {fields.answer!r}")
-    if fields.gold is not None:
-        gold = fields.gold(gold)
+    gold = None
+    if fields.answer is not None:
+        gold = _gold(row.get(fields.answer), f"{where}: row {index} field {fields.answer!r}")
+        gold = gold if fields.gold is None else fields.gold(gold)
     if fields.id is None:
         pid = f"{task.name}-{index}"
     else:
         pid = _scalar_text(row.get(fields.id), f"{where}: row {index} field {fields.id!r}", "id")
     meta = {k: v for k, v in row.items() if k in ("level", "subject", "type") and v is not None}
+    if task.proof:  # the judges read these from the record, so a re-grade needs nothing else
+        meta.update(proof_meta(row, fields, f"{where}: row {index}"))
     return Problem(id=pid, question=question, gold=gold, meta={"task": task.name, **meta})
 
 
