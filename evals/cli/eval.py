@@ -9,6 +9,7 @@ the EvalSpec that evals.run.settings.build_spec makes of it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,6 +29,7 @@ from paragen.cli_options import (
     unique,
 )
 from paragen.errors import ConfigError, ParagenError
+from paragen.named_backends import NamedBackendOpts, choose_named_backends
 from paragen.signals import until_terminated
 
 if TYPE_CHECKING:
@@ -150,6 +152,7 @@ def eval_command(
     model: opts.ModelOpt = None,
     base_url: opts.BaseUrlOpt = None,
     backend_opt: opts.BackendOpts = [],  # noqa: B006
+    named_backend: NamedBackendOpts = [],  # noqa: B006
     limit: LimitOpt = None,
     offset: OffsetOpt = 0,
     ids: IdsOpt = "",
@@ -204,7 +207,8 @@ def eval_command(
         )  # fmt: skip
         request = _with_preset(ctx, request, preset, strategy_opt)
         chosen = choose_backend(backend, model=model, base_url=base_url, options=backend_opt)
-        records = _run(ctx, request, chosen, otlp_endpoint=otlp_endpoint, plot=plot, procs=procs)
+        named = choose_named_backends(named_backend)
+        records = _run(ctx, request, (chosen, named), otlp_endpoint=otlp_endpoint, plot=plot, procs=procs)
     except ParagenError as exc:
         fail(exc)
     _after_run(out, records, shard_part, plot)
@@ -234,13 +238,14 @@ def _on_command_line(ctx: typer.Context, param: str) -> bool:
 def _run(
     ctx: typer.Context,
     request: SweepRequest,
-    backend: opts.BackendChoice,
+    backends: tuple[opts.BackendChoice, dict[str, opts.BackendChoice]],
     *,
     otlp_endpoint: str | None,
     plot: bool | None,
     procs: int | None,
 ) -> list[EvalRecord]:
-    """Check what is left to check, build the spec, and run it here or as ``procs`` shard processes."""
+    """Check what is left to check, build the spec, and run it here or as ``procs`` shard processes
+    (``backends``: the run's own and the named ones, resolved but not built)."""
     from evals.report.plots import require_plotting
     from evals.run.lock import run_folder_lock
     from evals.run.settings import build_spec
@@ -249,12 +254,13 @@ def _run(
     check_out_folder(request.out)
     if plot:
         require_plotting()
-    spec = build_spec(request, backend)
+    backend, named = backends
+    spec = build_spec(request, backend, named)
     if spec.data.note:
         typer.echo(f"data: {spec.data.describe()} ({spec.data.note})", err=True)
     with run_folder_lock(request.out):  # one writer per run folder: a second one is refused
         if procs is None:
-            return run_sweep(spec, backend, otlp_endpoint=otlp_endpoint)
+            return run_sweep(spec, backend, otlp_endpoint=otlp_endpoint, named=named)
         return run_procs(ctx, request.out, procs, request.shard, resume=request.resume or request.new_run)
 
 
@@ -293,18 +299,25 @@ def _end_of_run(records: list[EvalRecord]) -> None:
 
 
 def run_sweep(
-    spec: EvalSpec, backend: opts.BackendChoice, *, otlp_endpoint: str | None = None
+    spec: EvalSpec,
+    backend: opts.BackendChoice,
+    *,
+    otlp_endpoint: str | None = None,
+    named: Mapping[str, opts.BackendChoice] | None = None,
 ) -> list[EvalRecord]:
-    """Build the backend and run the sweep of ``spec``; its records in input order."""
+    """Build the backend (and the ``named`` ones) and run the sweep of ``spec``; its records in
+    input order. Every backend built is closed when the sweep ends, however it ends."""
     import anyio
 
     from evals.run.runner import run_eval
+    from paragen.named_backends import built_backends
 
     built = backend.build()
 
     async def main() -> list[EvalRecord]:
         try:
-            return await run_eval(spec, built)
+            async with built_backends(named or {}) as others:
+                return await run_eval(spec, built, backends=others)
         finally:
             await built.aclose()
 

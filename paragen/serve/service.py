@@ -9,7 +9,7 @@ it; the counters come back down only once the backend has let go of them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,8 +59,12 @@ class Stats:
 class Service:
     """Runs resolved requests on the backend, within the server's limits."""
 
-    def __init__(self, backend: Backend, config: ServeConfig) -> None:
+    def __init__(
+        self, backend: Backend, config: ServeConfig, *, backends: Mapping[str, Backend] | None = None
+    ) -> None:
         self.backend = backend
+        # Second models by name (--named-backend): a request's strategy reads with one (reader=NAME).
+        self.backends = dict(backends or {})
         self.config = config
         self.router = Router(config.model_names, config.defaults, config.budget, config.tool_vote)
         self.metrics = Metrics()
@@ -179,6 +183,7 @@ class Service:
             on_event=sink,
             scorers=self.scorers,
             metrics=self.metrics,
+            backends=self.backends,
         )
         try:
             result = await orchestrator.run(plan.strategy(text_sink, thought_sink), plan.problem)
