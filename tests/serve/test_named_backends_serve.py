@@ -9,10 +9,9 @@ import sys
 
 import httpx
 import pytest
-from conftest import counting_responder
 from test_serve_cli import paragen, start
 
-from paragen.backends.scripted import ScriptedBackend
+from paragen.backends.scripted import ScriptedBackend, arithmetic_responder
 from paragen.serve import ServeConfig, create_app, serve_in_thread
 from paragen.types import GenerateRequest
 
@@ -41,7 +40,7 @@ def _ask(url: str, reader: str) -> httpx.Response:
 
 
 def test_a_request_reads_with_the_named_backend() -> None:
-    main, judge = _Closing(counting_responder), _Closing(_verdict)
+    main, judge = _Closing(arithmetic_responder), _Closing(_verdict)
     app = create_app(main, ServeConfig(model_names=("scripted",)), backends={"judge": judge})
     with serve_in_thread(app) as url:
         reply = _ask(url, "judge")
