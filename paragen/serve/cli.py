@@ -104,6 +104,7 @@ def _serve(
     logging: tuple[str, bool],
 ) -> None:
     """Serve the run's backend and the named ones (resolved, built here); the app closes them all."""
+    from paragen.backends.base import open_backend
     from paragen.named_backends import build_named, close_backends
     from paragen.serve.app import create_app
     from paragen.serve.server import listen, run_in_foreground, served_model_names, uvicorn_server
@@ -114,6 +115,8 @@ def _serve(
         others: dict[str, Any] = {}
         try:
             others = await build_named(choices)  # closes those it built if one fails
+            for other in others.values():  # probed now, as the served backend is: not at a first request
+                await open_backend(other)
             names = config.model_names if named else await served_model_names(backend, model)
         except BaseException:
             await close_backends([backend, *others.values()])
