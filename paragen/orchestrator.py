@@ -13,7 +13,7 @@ a bug wins over a budget or backend error in the same group.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,17 @@ ProblemLike = Problem | str
 
 if TYPE_CHECKING:
     from paragen.metrics import Metrics
+
+
+def check_reader(strategy: Strategy, names: Collection[str], *, hint: str | None = None) -> None:
+    """Refuse ``strategy`` when its config's ``reader`` names a backend not among ``names``; ``hint``
+    says how the caller gives one (default: the Python API's way)."""
+    reader = getattr(strategy.config, "reader", None)
+    if isinstance(reader, str) and reader not in names:
+        raise ConfigError(
+            f"strategy {strategy.name!r} reads with backend {reader!r}, which was not given",
+            hint=hint or f"Orchestrator(backend, backends={{{reader!r}: other_backend}}), or reader=None",
+        )
 
 
 class Orchestrator:
@@ -90,12 +101,7 @@ class Orchestrator:
     async def open_verifiers(self, strategy: Strategy) -> None:
         """Open the reward models ``strategy``'s config names (``verifier``), as a backend is opened:
         a wrong path or URL fails here, once, before any sample."""
-        reader = getattr(strategy.config, "reader", None)
-        if isinstance(reader, str) and reader not in self.backends:
-            raise ConfigError(
-                f"strategy {strategy.name!r} reads with backend {reader!r}, which was not given",
-                hint=f"Orchestrator(backend, backends={{{reader!r}: other_backend}}), or reader=None",
-            )
+        check_reader(strategy, self.backends)
         spec = getattr(strategy.config, "verifier", None)
         if spec == LLM_VERIFIER:
             # Refused before any sample: found at the first score, it would cost every problem its samples.

@@ -16,7 +16,7 @@ Every pair is checked before any error is raised, so one error names every probl
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,11 +63,13 @@ async def preflight(
     problem: Problem,
     *,
     sampling: SamplingParams,
+    backends: Mapping[str, Backend] | None = None,
 ) -> Verdict:
-    """Check each ``(label, strategy)`` on ``backend`` (opened) against ``problem`` (a sweep's first)."""
+    """Check each ``(label, strategy)`` on ``backend`` (opened) against ``problem`` (a sweep's first);
+    ``backends``: the named ones the strategies may read with, as the run has them."""
     verdict = Verdict()
     for label, strategy in strategies:
-        requests, refusal = await dry_run(backend, strategy, problem, sampling)
+        requests, refusal = await dry_run(backend, strategy, problem, sampling, backends=backends)
         if refusal is not None:
             verdict.errors.append(f"{label}: {refusal}")
             continue
@@ -76,7 +78,12 @@ async def preflight(
 
 
 async def dry_run(
-    backend: Backend, strategy: Strategy, problem: Problem, sampling: SamplingParams
+    backend: Backend,
+    strategy: Strategy,
+    problem: Problem,
+    sampling: SamplingParams,
+    *,
+    backends: Mapping[str, Backend] | None = None,
 ) -> tuple[list[GenerateRequest], str | None]:
     """Run ``strategy`` until its first sample, never generating: the requests it asked for, and its
     refusal (a ParagenError's line) if it refused before sampling."""
@@ -84,7 +91,9 @@ async def dry_run(
 
     with anyio.CancelScope() as scope, tracing.muted():  # no spans of a run the user did not ask for
         dry = _DryBackend(backend, scope)
-        orchestrator = Orchestrator(dry, defaults=sampling, budget=Budget())
+        # The named ones stand in too: a first sample there (a reader) ends the dry run the same way.
+        others: dict[str, Backend] = {name: _DryBackend(b, scope) for name, b in (backends or {}).items()}
+        orchestrator = Orchestrator(dry, defaults=sampling, budget=Budget(), backends=others)
         try:
             with anyio.move_on_after(DRY_RUN_S):
                 await orchestrator.run(strategy, problem)

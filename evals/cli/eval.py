@@ -9,7 +9,7 @@ the EvalSpec that evals.run.settings.build_spec makes of it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -30,6 +30,7 @@ from paragen.cli_options import (
     unique,
 )
 from paragen.errors import ConfigError, ParagenError
+from paragen.named_backends import NamedBackendOpts, choose_named_backends
 from paragen.signals import until_terminated
 
 if TYPE_CHECKING:
@@ -160,6 +161,7 @@ def eval_command(
     model: opts.ModelOpt = None,
     base_url: opts.BaseUrlOpt = None,
     backend_opt: opts.BackendOpts = [],  # noqa: B006
+    named_backend: NamedBackendOpts = [],  # noqa: B006
     limit: LimitOpt = None,
     offset: OffsetOpt = 0,
     ids: IdsOpt = "",
@@ -217,7 +219,10 @@ def eval_command(
         chosen = choose_backend(backend, model=model, base_url=base_url, options=backend_opt)
         judges = [choose_backend(spec, model=None, base_url=None, options=[]) for spec in judge]
         request = replace(request, judges=[j.shown for j in judges])
-        records = _run(ctx, request, chosen, judges, otlp_endpoint=otlp_endpoint, plot=plot, procs=procs)
+        named = choose_named_backends(named_backend)
+        records = _run(
+            ctx, request, (chosen, named), judges, otlp_endpoint=otlp_endpoint, plot=plot, procs=procs
+        )
     except ParagenError as exc:
         fail(exc)
     _after_run(out, records, shard_part, plot)
@@ -247,14 +252,15 @@ def _on_command_line(ctx: typer.Context, param: str) -> bool:
 def _run(
     ctx: typer.Context,
     request: SweepRequest,
-    backend: opts.BackendChoice,
+    backends: tuple[opts.BackendChoice, dict[str, opts.BackendChoice]],
     judges: list[opts.BackendChoice],
     *,
     otlp_endpoint: str | None,
     plot: bool | None,
     procs: int | None,
 ) -> list[EvalRecord]:
-    """Check what is left to check, build the spec, and run it here or as ``procs`` shard processes."""
+    """Check what is left to check, build the spec, and run it here or as ``procs`` shard processes
+    (``backends``: the run's own and the named ones, resolved but not built)."""
     from evals.report.plots import require_plotting
     from evals.run.lock import run_folder_lock
     from evals.run.settings import build_spec
@@ -263,12 +269,13 @@ def _run(
     check_out_folder(request.out)
     if plot:
         require_plotting()
-    spec = build_spec(request, backend)
+    backend, named = backends
+    spec = build_spec(request, backend, named)
     if spec.data.note:
         typer.echo(f"data: {spec.data.describe()} ({spec.data.note})", err=True)
     with run_folder_lock(request.out):  # one writer per run folder: a second one is refused
         if procs is None:
-            return run_sweep(spec, backend, otlp_endpoint=otlp_endpoint, judges=judges)
+            return run_sweep(spec, backend, otlp_endpoint=otlp_endpoint, named=named, judges=judges)
         return run_procs(ctx, request.out, procs, request.shard, resume=request.resume or request.new_run)
 
 
@@ -311,13 +318,17 @@ def run_sweep(
     backend: opts.BackendChoice,
     *,
     otlp_endpoint: str | None = None,
+    named: Mapping[str, opts.BackendChoice] | None = None,
     judges: Sequence[opts.BackendChoice] = (),
 ) -> list[EvalRecord]:
-    """Build the backend (and a proof task's judges), run the sweep of ``spec``: its records, in order."""
+    """Build the backend (the ``named`` ones, and a proof task's judges) and run the sweep of
+    ``spec``; its records in input order. Every backend built is closed when the sweep ends,
+    however it ends."""
     import anyio
 
     from evals.run.judging import Judge
     from evals.run.runner import run_eval
+    from paragen.named_backends import built_backends
 
     # A judge that is the sweep's own backend grades with it (one model loaded, not two); the others
     # are built first, so a judge that cannot be built fails before the model loads.
@@ -327,7 +338,8 @@ def run_sweep(
 
     async def main() -> list[EvalRecord]:
         try:
-            return await run_eval(spec, built, judging)
+            async with built_backends(named or {}) as others:
+                return await run_eval(spec, built, judging, backends=others)
         finally:
             for judge in own.values():
                 await judge.aclose()

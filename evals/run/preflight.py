@@ -10,6 +10,7 @@ against it: a published setting run on another model says so (``model_matches_pr
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
@@ -18,13 +19,17 @@ from paragen.backends.base import Backend
 from paragen.preflight import preflight
 
 
-async def check_sweep(spec: EvalSpec, backend: Backend) -> dict[str, Any]:
-    """Preflight every configuration of ``spec`` (raises PreflightError); the model's provenance
-    for run.json (``model``, ``preset_model``, ``model_matches_preset``)."""
+async def check_sweep(
+    spec: EvalSpec, backend: Backend, backends: Mapping[str, Backend] | None = None
+) -> dict[str, Any]:
+    """Preflight every configuration of ``spec`` (raises PreflightError), with the ``backends`` its
+    strategies may read with; the model's provenance for run.json (``model``, ``preset_model``,
+    ``model_matches_preset``)."""
     strategies = [(f"{c.name} n={c.n}", c.strategy) for c in spec.combos]
     warnings: list[str] = []
     if spec.problems:
-        verdict = await preflight(backend, strategies, spec.problems[0], sampling=spec.sampling.params)
+        first, sampling = spec.problems[0], spec.sampling.params
+        verdict = await preflight(backend, strategies, first, sampling=sampling, backends=backends)
         verdict.raise_errors()
         warnings += verdict.warnings
     provenance = model_provenance(backend, spec.preset)

@@ -100,6 +100,9 @@ class RunSettings(_Strict):
     grading_mode: str
     backend: str
     backend_options: dict[str, Any] = Field(default_factory=dict)
+    # Second backends by name (--named-backend NAME=SPEC) -> their specs, never a credential; empty
+    # keeps the settings ids of runs recorded before they existed.
+    backends: dict[str, str] = Field(default_factory=dict)
     sampling: SamplingParams
     budget: Budget
     # The prompt template's hash when it is not paragen's own wording (None keeps the settings
@@ -200,8 +203,12 @@ def record_key(record: EvalRecord) -> Key:
 
 def settings_id(settings: RunSettings, strategy_config: dict[str, Any]) -> str:
     """A short hash of everything that changes a record's result besides its problem."""
-    # A run in paragen's own wording hashes as it did before templates were recorded.
-    dumped = settings.model_dump(mode="json", exclude={"prompt"} if settings.prompt is None else None)
+    # A run in paragen's own wording, on one backend, hashes as it did before templates and named
+    # backends were recorded.
+    unset = {"prompt"} if settings.prompt is None else set()
+    if not settings.backends:
+        unset.add("backends")
+    dumped = settings.model_dump(mode="json", exclude=unset)
     blob = json.dumps({"settings": dumped, "strategy": strategy_config}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -79,6 +79,7 @@ def run_settings(spec: EvalSpec) -> RunSettings:
         grading_mode=spec.task.grading,
         backend=spec.backend.spec,
         backend_options=spec.backend.recorded_options(),
+        backends={name: setup.spec for name, setup in spec.backends.items()},
         sampling=spec.sampling.setting(),
         budget=spec.sampling.budget,
         prompt=prompt_setting(spec_template(spec)),
@@ -118,8 +119,15 @@ def _whole_run_info(spec: EvalSpec) -> RunInfo:
     )
 
 
-async def run_eval(spec: EvalSpec, backend: Backend, judges: Sequence[Judge] = ()) -> list[EvalRecord]:
+async def run_eval(
+    spec: EvalSpec,
+    backend: Backend,
+    judges: Sequence[Judge] = (),
+    *,
+    backends: Mapping[str, Backend] | None = None,
+) -> list[EvalRecord]:
     """Run the sweep, appending a record per finished problem; returns this sweep's records in input order.
+    ``backends``: the named ones strategies may read with (``spec.backends``), opened with ``backend``.
 
     A proof task is graded by ``judges`` (evals.run.judging), concurrently across problems.
 
@@ -136,6 +144,7 @@ async def run_eval(spec: EvalSpec, backend: Backend, judges: Sequence[Judge] = (
         budget=spec.sampling.budget,
         max_concurrent_problems=spec.execution.max_concurrent,
         metrics=metrics,
+        backends=backends,
     )
     # Opened (and probed) before the run folder is touched: a server that cannot be reached or
     # does not speak the API is one error here, not a folder of error records.
@@ -158,7 +167,7 @@ async def _sweep(spec: EvalSpec, orch: Orchestrator, judges: Sequence[Judge]) ->
         for combo in spec.combos:  # a reward model that cannot be loaded fails here, before any record
             await orch.open_verifiers(combo.strategy)
         # Every configuration checked before anything is written: what cannot run ends it here.
-        provenance = await check_sweep(spec, orch.backend)
+        provenance = await check_sweep(spec, orch.backend, orch.backends)
         if not spec.task.proof:
             await anyio.to_thread.run_sync(grader.wait_started)
         fresh = fresh_run_info(spec).model_copy(update=provenance)

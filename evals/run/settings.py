@@ -9,7 +9,7 @@ starts.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -113,11 +113,15 @@ def with_preset(request: SweepRequest, preset: Preset, given: Collection[str]) -
     return replace(request, **taken, preset_options=preset.strategy_options(), preset=record)
 
 
-def build_spec(request: SweepRequest, backend: BackendChoice) -> EvalSpec:
-    """The sweep ``request`` asks for on ``backend``: its task, problems and configurations resolved."""
+def build_spec(
+    request: SweepRequest, backend: BackendChoice, named: Mapping[str, BackendChoice] | None = None
+) -> EvalSpec:
+    """The sweep ``request`` asks for on ``backend`` (and the ``named`` backends its strategies may
+    read with): its task, problems and configurations resolved."""
     from evals.run.combos import build_combos
     from evals.run.prompts import get_template
     from evals.tasks import at_revision, get_task, load_task
+    from paragen.named_backends import check_readers
 
     if request.task is None:
         raise ConfigError("no task given", hint="pass -t TASK, or --preset NAME")
@@ -137,10 +141,13 @@ def build_spec(request: SweepRequest, backend: BackendChoice) -> EvalSpec:
         for name in request.strategies
     }
     combos = build_combos(request.strategies, request.ns, options)
+    named = named or {}
+    check_readers([c.strategy for c in combos], named)  # here, not at the first problem: no model loaded yet
     loaded = load_task(task, selection, source=source)
     return EvalSpec(
         task=task, problems=loaded.problems, data=loaded.source, combos=combos,
         backend=BackendSetup(backend.shown, backend.options),
+        backends={name: BackendSetup(choice.shown, choice.options) for name, choice in named.items()},
         folder=RunFolder(request.out, resume=request.resume, new_run=request.new_run),
         sampling=Sampling(sampling, seeds=request.seeds if len(request.seeds) > 1 else [], budget=budget),
         execution=Execution(max_concurrent=request.max_concurrent, progress=request.progress,

@@ -74,8 +74,10 @@ def sweep_units(info: RunInfo) -> list[Key]:
 
 def sweep_fingerprint(info: RunInfo) -> str:
     """A hash of what defines the sweep: the same for every shard of it, whatever its index."""
+    # Without named backends it hashes as it did before they were recorded (shards then in progress resume).
+    unnamed = set() if info.settings.backends else {"backends"}
     blob = {
-        "settings": info.settings.model_dump(mode="json"),
+        "settings": info.settings.model_dump(mode="json", exclude=unnamed),
         "data": info.data.rows_sha256,
         "strategies": [entry.model_dump(mode="json") for entry in info.strategies],
         "problems": info.problems,

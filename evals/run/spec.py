@@ -85,6 +85,8 @@ class EvalSpec:
     combos: list[Combo]
     backend: BackendSetup
     folder: RunFolder
+    # Second backends by name (--named-backend), for strategies that read with one (``reader``).
+    backends: dict[str, BackendSetup] = field(default_factory=dict)
     sampling: Sampling = field(default_factory=Sampling)
     execution: Execution = field(default_factory=Execution)
     prompt: PromptTemplate | None = None  # None: the task's default template

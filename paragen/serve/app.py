@@ -13,7 +13,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ from starlette.routing import Route
 from paragen import tracing
 from paragen.backends.base import Backend
 from paragen.metrics import CONTENT_TYPE
+from paragen.named_backends import close_backends
 from paragen.serve.config import ServeConfig
 from paragen.serve.errors import APIError, bad_request, from_validation, internal_error
 from paragen.serve.health import start_health_checks
@@ -197,9 +198,16 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(internal_error())
 
 
-def create_app(backend: Backend, config: ServeConfig, *, close_backend: bool = True) -> Starlette:
-    """The app serving ``backend``; with ``close_backend`` the backend is closed at shutdown."""
-    service = Service(backend, config)
+def create_app(
+    backend: Backend,
+    config: ServeConfig,
+    *,
+    close_backend: bool = True,
+    backends: Mapping[str, Backend] | None = None,
+) -> Starlette:
+    """The app serving ``backend``; with ``close_backend`` the backend is closed at shutdown, and the
+    named ``backends`` (those a request's strategy may read with, ``reader=NAME``) with it."""
+    service = Service(backend, config, backends=backends)
     handlers = Handlers(service)
 
     @asynccontextmanager
@@ -212,7 +220,7 @@ def create_app(backend: Backend, config: ServeConfig, *, close_backend: bool = T
         finally:
             await service.scorers.aclose()
             if close_backend:
-                await backend.aclose()
+                await close_backends([backend, *service.backends.values()])
 
     routes = [
         Route("/v1/chat/completions", handlers.chat, methods=["POST"]),

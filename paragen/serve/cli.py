@@ -10,6 +10,7 @@ import typer
 
 from paragen.cli_options import BackendOpt, BackendOpts, ModelOpt, OtlpOpt, check_otlp_endpoint, validated
 from paragen.errors import ConfigError
+from paragen.named_backends import NamedBackendOpts, choose_named_backends
 
 _FLAGS = {
     "max_samples_per_request": "max-samples",
@@ -24,6 +25,7 @@ def serve_command(
     backend: BackendOpt = "engine",
     model: ModelOpt = None,
     backend_opt: BackendOpts = [],  # noqa: B006
+    named_backend: NamedBackendOpts = [],  # noqa: B006
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 8000,
     api_key_env: Annotated[
@@ -60,6 +62,7 @@ def serve_command(
     from paragen.serve.server import bind
 
     api_key = _api_key(api_key_env)
+    named_backends = choose_named_backends(named_backend)  # resolved, not built: nothing loaded yet
     _check_log_level(log_level)
     check_otlp_endpoint(otlp_endpoint)
     config = validated(
@@ -80,7 +83,7 @@ def serve_command(
         backend_obj = _backend(backend, model, backend_opt)
         with _tracing(otlp_endpoint):
             _serve(
-                backend_obj,
+                (backend_obj, named_backends),
                 config,
                 sock=sock,
                 model=model,
@@ -92,18 +95,33 @@ def serve_command(
 
 
 def _serve(
-    backend: Any, config: Any, *, sock: Any, model: str | None, named: bool, logging: tuple[str, bool]
+    backends: tuple[Any, Any],
+    config: Any,
+    *,
+    sock: Any,
+    model: str | None,
+    named: bool,
+    logging: tuple[str, bool],
 ) -> None:
+    """Serve the run's backend and the named ones (resolved, built here); the app closes them all."""
+    from paragen.backends.base import open_backend
+    from paragen.named_backends import build_named, close_backends
     from paragen.serve.app import create_app
     from paragen.serve.server import listen, run_in_foreground, served_model_names, uvicorn_server
 
+    backend, choices = backends
+
     async def main() -> None:
+        others: dict[str, Any] = {}
         try:
+            others = await build_named(choices)  # closes those it built if one fails
+            for other in others.values():  # probed now, as the served backend is: not at a first request
+                await open_backend(other)
             names = config.model_names if named else await served_model_names(backend, model)
         except BaseException:
-            await backend.aclose()
+            await close_backends([backend, *others.values()])
             raise
-        app = create_app(backend, config.model_copy(update={"model_names": names}))
+        app = create_app(backend, config.model_copy(update={"model_names": names}), backends=others)
         host, port = sock.getsockname()[:2]
         listen(sock)
         typer.echo(f"paragen serve: {', '.join(names)} on http://{host}:{port}/v1", err=True)

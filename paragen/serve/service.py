@@ -9,7 +9,7 @@ it; the counters come back down only once the backend has let go of them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,7 +19,7 @@ from paragen.backends.base import Backend
 from paragen.errors import BackendError, ParagenError
 from paragen.events import SampleEnded
 from paragen.metrics import Metrics
-from paragen.orchestrator import Orchestrator
+from paragen.orchestrator import Orchestrator, check_reader
 from paragen.scoring.pool import Scorers
 from paragen.serve.config import ServeConfig
 from paragen.serve.errors import APIError, from_paragen, rate_limited, strategy_failed
@@ -59,8 +59,12 @@ class Stats:
 class Service:
     """Runs resolved requests on the backend, within the server's limits."""
 
-    def __init__(self, backend: Backend, config: ServeConfig) -> None:
+    def __init__(
+        self, backend: Backend, config: ServeConfig, *, backends: Mapping[str, Backend] | None = None
+    ) -> None:
         self.backend = backend
+        # Second models by name (--named-backend): a request's strategy reads with one (reader=NAME).
+        self.backends = dict(backends or {})
         self.config = config
         self.router = Router(config.model_names, config.defaults, config.budget, config.tool_vote)
         self.metrics = Metrics()
@@ -179,9 +183,13 @@ class Service:
             on_event=sink,
             scorers=self.scorers,
             metrics=self.metrics,
+            backends=self.backends,
         )
         try:
-            result = await orchestrator.run(plan.strategy(text_sink, thought_sink), plan.problem)
+            strategy = plan.strategy(text_sink, thought_sink)
+            # Checked here to answer in the server's words (the orchestrator's hint is the Python API's).
+            check_reader(strategy, self.backends, hint=self._readers_hint())
+            result = await orchestrator.run(strategy, plan.problem)
         except BackendError as exc:  # a reward model that cannot be opened: the server's fault
             raise _backend_failed(exc.one_line()) from None
         except ParagenError as exc:  # a strategy refusing its config only once it runs
@@ -196,6 +204,12 @@ class Service:
             raise
         self._served(result)
         return result
+
+    def _readers_hint(self) -> str:
+        named = ", ".join(sorted(self.backends))
+        if not named:
+            return "this server has no named backends (paragen serve --named-backend NAME=SPEC)"
+        return f"this server's named backends: {named}"
 
     def _cancelled(self, ended: _EndedTokens) -> None:
         stats = self.stats
