@@ -25,8 +25,18 @@ STAND_IN = Path(__file__).resolve().parent / "data" / "matharena" / "brumo_2025"
 FIELDS = ["--question-field", "problem", "--answer-field", "answer", "--id-field", "problem_idx"]
 QUIET = ["--limit", "1", "--no-progress", "--no-plot", "--seed", "0"]
 TOOL_STRATEGIES = {"llmcompiler", "react"}
-# What cannot run here, replaced per strategy: DeepPrune's trained 4B judge by the lexical stand-in.
-STAND_INS = {"deepprune": ["deepprune.judge=lexical", "deepprune.judge_options={}"]}
+# What cannot run here, replaced per strategy (or strategy:scaffold): DeepPrune's trained 4B judge by
+# the lexical stand-in; DeepSeekMath-V2's heavy pool (64 proofs graded 64 times, 16 waves) by two
+# proofs graded twice, one wave.
+STAND_INS = {
+    "deepprune": ["deepprune.judge=lexical", "deepprune.judge_options={}"],
+    "verify_refine:deepseek_math": [
+        "verify_refine.pool_size=2",
+        "verify_refine.verifications=2",
+        "verify_refine.verifications_per_refinement=1",
+        "verify_refine.max_iterations=1",
+    ],
+}
 # The engine at a tiny size: options that --max-tokens does not reach, cut to a few tokens each.
 TINY = {
     "deepconf_online": ["deepconf_online.n_init=1", "deepconf_online.batch=1"],
@@ -34,6 +44,11 @@ TINY = {
     "sr": ["sr.max_tokens=8"],
     "llmcompiler": ["llmcompiler.max_plan_tokens=8", "llmcompiler.max_join_tokens=8"],
     "react": ["react.max_step_tokens=8", "react.max_steps=1"],
+    "verify_refine": [
+        "verify_refine.max_iterations=1",
+        "verify_refine.verify_tokens=8",
+        "verify_refine.verdict_tokens=8",
+    ],
 }
 
 
@@ -56,7 +71,10 @@ def test_presets_lists_them_and_a_bad_name_is_one_line(tmp_path: Path) -> None:
 
 
 def _options(name: str, table: dict[str, list[str]]) -> list[str]:
-    return [arg for s in load_preset(name).strategies for item in table.get(s, []) for arg in ("-O", item)]
+    """The table's -O options for the preset's strategies, by name and by name:scaffold."""
+    preset = load_preset(name)
+    keys = [k for s in preset.strategies for k in (s, f"{s}:{preset.options.get(s, {}).get('scaffold')}")]
+    return [arg for k in keys for item in table.get(k, []) for arg in ("-O", item)]
 
 
 def _task_args(name: str) -> list[str]:
@@ -68,9 +86,12 @@ def _task_args(name: str) -> list[str]:
 
 def _script(name: str) -> str:
     """A reply right for every call: a boxed gold answer; for the tool strategies a plan that only
-    joins (the planner stops at <END_OF_PLAN>), then Finish(gold) for the joiner and for ReAct."""
+    joins (the planner stops at <END_OF_PLAN>), then Finish(gold) for the joiner and for ReAct; for
+    verify_refine a "yes" before it, so its verdicts pass and it accepts."""
     if TOOL_STRATEGIES & set(load_preset(name).strategies):
         return f"1. join()<END_OF_PLAN>\nThought: I can answer now.\nAction: Finish({_gold(name)})"
+    if "verify_refine" in load_preset(name).strategies:  # every yes/no verdict passes
+        return f"Yes, so \\boxed{{{_gold(name)}}}"
     return f"so \\boxed{{{_gold(name)}}}"
 
 
