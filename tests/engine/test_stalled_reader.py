@@ -34,7 +34,7 @@ async def test_an_unread_stream_stops_decoding_until_its_reader_catches_up(check
         with anyio.fail_after(60):  # a reader that never wakes its sequence would hang here
             async with backend.stream(request) as unread, backend.stream(request) as read:
                 read_texts = [delta.text async for delta in read]
-                held = backend.engine.seqs[unread.handle.seq_ids[0]]  # type: ignore[attr-defined]
+                held = backend.engine.seqs[unread.handle.seq_ids[0]]
                 held_tokens = held.num_completion_tokens
                 unread_texts = [delta.text async for delta in unread]
     finally:
