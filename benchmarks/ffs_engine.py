@@ -36,11 +36,13 @@ SETTINGS = [(1, 8), (2, 8), (1, 32), (2, 32)]  # (k, n)
 
 
 class StepClock:
-    """Counts the engine's steps and their time (wraps the engine's ``step``)."""
+    """Counts the engine's steps, the tokens they computed and their time (wraps the engine's
+    ``step``). A call that found nothing to run (every sequence stalled) is not a step."""
 
     def __init__(self, backend: EngineBackend) -> None:
         engine = backend.engine
         self.steps = 0
+        self.tokens = 0
         self.busy_s = 0.0
         inner = engine.step
 
@@ -48,7 +50,9 @@ class StepClock:
             start = time.perf_counter()
             out = inner()
             self.busy_s += time.perf_counter() - start
-            self.steps += 1
+            if out:
+                self.steps += 1
+                self.tokens += len(out)
             return out
 
         engine.step = step  # type: ignore[method-assign]

@@ -8,15 +8,16 @@ start from the same samples. Parallel-Probe's rounds are scaled to a 135M model'
 Per strategy, summed over the problems:
 
 - sequential tokens: each problem's critical path (its longest branch, as read by the run);
-- engine steps: the engine's decode/prefill steps while the strategy ran. A branch held at a
-  round's token count is still decoded ahead by the engine (its stream buffers), so the steps, not
-  the traces, say what the hold costs in compute;
+- engine steps and engine tokens: the engine's decode/prefill steps while the strategy ran, and
+  the tokens those steps computed (probes' included). They, not the traces, say what the rounds
+  cost in compute: a branch held at a round's token count is decoded at most 4 steps past it
+  before its unread stream stalls it (docs/engine.md);
 - total tokens (samples), probe tokens (counted apart), wall time, accuracy.
 
     python benchmarks/parallel_probe.py --limit 16 --n 8
 
 The last line printed is JSON: the ratios parallel_probe / majority ("sequential_tokens",
-"total_tokens", "engine_steps", "wall_s"), both accuracies, and the raw sums under "raw".
+"total_tokens", "engine_steps", "engine_tokens", "wall_s"), both accuracies, and the raw sums under "raw".
 """
 
 from __future__ import annotations
@@ -44,14 +45,18 @@ def lineup(args: argparse.Namespace) -> list[tuple[str, Strategy]]:
     return [("majority", Majority(n=args.n)), ("parallel_probe", ParallelProbe(n=args.n, **rounds))]
 
 
-def sums(results: list[StrategyResult], probs: list[Problem], steps: int, wall: float) -> dict[str, Any]:
+def sums(
+    results: list[StrategyResult], probs: list[Problem], engine: tuple[int, int], wall: float
+) -> dict[str, Any]:
+    """One strategy's sums; ``engine``: the steps and tokens the engine computed meanwhile."""
     correct = [equivalent(r.answer, p.gold or "") for r, p in zip(results, probs, strict=True)]
     return {
         "accuracy": round(sum(correct) / len(results), 3),
         "sequential_tokens": sum(r.usage.sequential_tokens for r in results),
         "total_tokens": sum(r.usage.total_tokens for r in results),
         "probe_tokens": sum(r.usage.probe_tokens for r in results),
-        "engine_steps": steps,
+        "engine_steps": engine[0],
+        "engine_tokens": engine[1],
         "wall_s": round(wall, 1),
         "early_stops": sum(r.metrics.get("stop_round", -1) >= 0 for r in results),
         "dropped": int(sum(r.metrics.get("dropped", 0) for r in results)),
@@ -68,15 +73,16 @@ async def main(args: argparse.Namespace) -> None:
     probs = problems(args.limit, args.seed)
     raw: dict[str, dict[str, Any]] = {}
     for name, strategy in lineup(args):
-        steps_before, start = clock.steps, time.perf_counter()
+        before, start = (clock.steps, clock.tokens), time.perf_counter()
         results = await orch.run_many(strategy, probs)
-        raw[name] = sums(results, probs, clock.steps - steps_before, time.perf_counter() - start)
+        engine = (clock.steps - before[0], clock.tokens - before[1])
+        raw[name] = sums(results, probs, engine, time.perf_counter() - start)
         print(name, json.dumps(raw[name]), flush=True)
     await backend.aclose()
     probe, majority = raw["parallel_probe"], raw["majority"]
     ratios = {
         key: round(probe[key] / majority[key], 3) if majority[key] else None
-        for key in ("sequential_tokens", "total_tokens", "engine_steps", "wall_s")
+        for key in ("sequential_tokens", "total_tokens", "engine_steps", "engine_tokens", "wall_s")
     }
     accuracy = {"accuracy_majority": majority["accuracy"], "accuracy_parallel_probe": probe["accuracy"]}
     print(json.dumps({**ratios, **accuracy, "n": args.n, "problems": args.limit, "raw": raw}))
