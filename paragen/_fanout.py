@@ -27,6 +27,7 @@ from paragen import tracing
 from paragen._ledger import Account
 from paragen._live import LiveSample, Monitor, abort_choices, stop_sample, stop_samples
 from paragen.backends.base import Capabilities, CompletionStream
+from paragen.backends.routing import routing_key
 from paragen.errors import BackendError
 from paragen.reasoning import ThinkFormat, leaves_open, prefill_of
 from paragen.types import GenerateRequest, Trace
@@ -153,11 +154,14 @@ class Fanout:
             fmt = _think_format(request, caps, self._kind)
             if request.n > 1 and caps.native_n and caps.per_choice_abort:
                 lives = [self._new_live(i, fmt) for i in range(request.n)]
+                for live in lives:
+                    _note_routing(live.trace, request, caps)
                 jobs.append(functools.partial(self._drive_group, lives, request))
                 continue
             for i in range(request.n):
                 one = request if request.n == 1 else _single(request, i)
                 live = self._new_live(0, fmt)
+                _note_routing(live.trace, request, caps)
                 live.scope = anyio.CancelScope()
                 jobs.append(functools.partial(self._drive_one, live, one))
         return jobs
@@ -330,6 +334,12 @@ def unfinished(live: LiveSample) -> str | None:
         "reason); a llama.cpp server does so when another request arrives unless started with "
         "--interrupt_requests False"
     )
+
+
+def _note_routing(trace: Trace, request: GenerateRequest, caps: Capabilities) -> None:
+    """Record the key a gateway pins this sample's requests by, where one is in front."""
+    if caps.routing_header is not None and request.affinity is not None:
+        trace.meta["routing_key"] = routing_key(request.affinity)
 
 
 def _think_format(request: GenerateRequest, caps: Capabilities, kind: str) -> ThinkFormat:

@@ -65,6 +65,9 @@ class Capabilities(BaseModel):
     # Every request carries a server-side thinking budget (vLLM's thinking_token_budget): the
     # server ends the thinking itself, so strategies need not force it client-side.
     thinking_budget: bool = False
+    # A gateway in front of the servers pins requests by this header (paragen.backends.routing):
+    # every request of a problem carries the problem's routing key there, and its traces record it.
+    routing_header: str | None = None
 
 
 class Capacity(BaseModel):

@@ -36,6 +36,7 @@ from paragen.backends.openai_http import map_http_errors, raise_for_status
 from paragen.backends.openai_stream import StreamContext
 from paragen.backends.openai_wire import THINKING_BUDGET_FIELD, Endpoint, ServerKind
 from paragen.backends.pool import Pool, Replica
+from paragen.backends.routing import HEADERS
 from paragen.errors import BackendError, BackendProtocolError, ConfigError, build_config
 from paragen.types import GenerateRequest
 
@@ -120,6 +121,7 @@ class OpenAIBackend:
             tools=endpoint != "completions",
             thinking=self.config.thinking.format,
             thinking_budget=self.config.enforces_thinking_budgets and kind in THINKING_BUDGET_FIELD,
+            routing_header=None if self.config.gateway is None else HEADERS[self.config.gateway],
         )
 
     async def open(self) -> Capabilities:

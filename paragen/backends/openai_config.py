@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from paragen.backends.openai_wire import THINKING_BUDGET_FIELD, ServerKind
+from paragen.backends.routing import Gateway
 from paragen.config import RepetitionDetection, move_url_credentials
 from paragen.errors import ConfigError
 from paragen.reasoning import ThinkFormat
@@ -91,6 +92,9 @@ class OpenAIConfig(Model):
     # Hedged requests over the pool (off: None): no token within this many seconds (0: at once)
     # sends the request to a second replica too; the first to stream a token wins.
     hedge_after_s: float | None = Field(default=None, ge=0)
+    # A gateway in front of the servers (paragen.backends.routing): every request of a problem
+    # carries the problem's routing key in the header this gateway pins by. None: no header.
+    gateway: Gateway | None = None
     # The servers' own scheduling and stopping knobs, sent on every request (checked against the
     # server kind when the backend opens): vLLM's and SGLang's request priority (each needs its
     # server's priority scheduling on), and vLLM's n-gram repetition detection.

@@ -44,6 +44,7 @@ from paragen.backends.openai_render import Resplit, raw_continuation, renders_ra
 from paragen.backends.openai_resume import Transcript
 from paragen.backends.openai_wire import ChunkParser, Endpoint, WireOptions, build_body
 from paragen.backends.pool import Pool, Replica
+from paragen.backends.routing import routing_headers
 from paragen.errors import BackendConnectionError, BackendError, ConfigError
 from paragen.types import Delta, GenerateRequest, Usage
 
@@ -204,7 +205,8 @@ class HTTPStream:
         call = await self._call(replica, usage)
         parser, parse = call.parser, call.parse
         try:
-            with _traced(call, usage) as headers:
+            with _traced(call, usage) as traced:
+                headers = {**traced, **routing_headers(self._backend.config.gateway, call.request.affinity)}
                 async with _exchange(self._backend.client, replica, call, headers) as events:
                     async for event in events:
                         if event.data == "[DONE]":
