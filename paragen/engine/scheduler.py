@@ -5,7 +5,8 @@ otherwise one decode step over every running sequence. When a decode step needs 
 block and none is free, the newest running sequence is preempted: its blocks are
 freed and it is recomputed later from its tokens (nothing it streamed is lost).
 A running sequence whose reader has stopped reading (``Sequence.stalled``) sits out decode
-steps with its cache kept, until its reader catches up.
+steps with its cache kept, until its reader catches up, unless it holds the room a waiting prompt
+needs while nothing else runs: then it decodes as if read.
 """
 
 from __future__ import annotations
@@ -46,7 +47,13 @@ class Scheduler:
                 self.waiting.popleft()
                 self.allocate_prompt(seq)
                 return [seq], True
-        return self.prepare_decode_batch(), False
+        batch = self.prepare_decode_batch()
+        if not batch and self.waiting:
+            # Nothing else runs and a waiting prompt cannot start: stalled sequences hold its batch
+            # slots or blocks, so they decode as if read (finishing, or preempted for room) rather
+            # than hold the engine still for good.
+            batch = self.prepare_decode_batch(include_stalled=True)
+        return batch, False
 
     def can_prefill(self, seq: Sequence) -> bool:
         # The prompt, plus one block of room per sample so their first decode steps can proceed.
@@ -98,11 +105,12 @@ class Scheduler:
             table.append(own)
         seq.block_table, seq.num_cached_tokens, seq.num_reused_tokens = table, same, same
 
-    def prepare_decode_batch(self) -> list[Sequence]:
-        """Make sure every running sequence has a slot for its next token; preempt if the pool is dry."""
+    def prepare_decode_batch(self, *, include_stalled: bool = False) -> list[Sequence]:
+        """Make sure every running sequence (not stalled, unless ``include_stalled``) has a slot for
+        its next token; preempt if the pool is dry."""
         batch: list[Sequence] = []
         for seq in list(self.running):
-            if seq.status != SeqStatus.RUNNING or seq.stalled:
+            if seq.status != SeqStatus.RUNNING or (seq.stalled and not include_stalled):
                 continue  # preempted below while making room for an earlier one, or unread
             if self.ensure_slot(seq):
                 batch.append(seq)

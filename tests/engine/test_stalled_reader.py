@@ -43,3 +43,22 @@ async def test_an_unread_stream_stops_decoding_until_its_reader_catches_up(check
     assert len(read_texts) == TOKENS
     assert held_tokens == STALL_STEPS
     assert unread_texts == read_texts  # greedy: the held sequence went on where it stopped
+
+
+async def test_stalled_sequences_that_hold_the_only_slots_give_way_to_a_waiting_request(
+    checkpoint: Path,
+) -> None:
+    """Two unread streams fill both batch slots; a third request, read, still ends: the stalled
+    ones decode as if read until they finish and free their slots, rather than hold them for good."""
+    backend = EngineBackend.from_spec(str(checkpoint), threads=1, kv_cache_mb=16, max_batch=2)
+    held = GenerateRequest(prompt="Hold:", params=SamplingParams(max_tokens=12, temperature=0.0, seed=0))
+    read = GenerateRequest(prompt="Read:", params=SamplingParams(max_tokens=8, temperature=0.0, seed=0))
+    try:
+        with anyio.fail_after(60):
+            async with backend.stream(held) as first, backend.stream(held) as second:
+                async with backend.stream(read) as third:
+                    texts = [delta.text async for delta in third]
+                rest = [[d.text async for d in first], [d.text async for d in second]]
+    finally:
+        await backend.aclose()
+    assert len(texts) == 8 and [len(r) for r in rest] == [12, 12]
