@@ -10,6 +10,7 @@ into place, so a reader sees the previous file or the new one), and the report c
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -67,12 +68,17 @@ def write_regraded(run_dir: Path, records: Sequence[EvalRecord]) -> Path | None:
     if not proofs:
         return None
     target = run_dir / REGRADE_FILE
-    tmp = target.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.writelines(r.to_line() for r in proofs)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    # A temporary file of its own: two re-grades at once each write theirs whole, the last rename wins.
+    handle, name = tempfile.mkstemp(dir=run_dir, prefix=f".{REGRADE_FILE}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as fh:
+            fh.writelines(r.to_line() for r in proofs)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(name, target)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
     return target
 
 

@@ -189,3 +189,32 @@ async def test_judges_run_concurrently_across_problems(tmp_path: Path) -> None:
     streams = judge.streams
     assert len(streams) == 3
     assert max(s.opened for s in streams) < min(s.closed or 0.0 for s in streams)  # all three at once
+
+
+def test_two_regrades_at_once_leave_one_whole_file(tmp_path: Path) -> None:
+    """A second writer: two re-grades writing regrade.jsonl at the same time (threads, each many
+    times) leave one of the two whole files, and no temporary file behind."""
+    import threading
+
+    from evals.report.regrade import REGRADE_FILE, write_regraded
+
+    assert _eval(tmp_path, _judge_file(tmp_path, "a", "<score>7</score>")).exit_code == 0
+    run = tmp_path / "run"
+    records = read_records(run)
+    versions = [
+        records,
+        [r.model_copy(update={"grade": r.grade.model_copy(update={"score": 3.0})}) for r in records],
+    ]
+
+    def write(version: list[EvalRecord]) -> None:
+        for _ in range(50):
+            write_regraded(run, version)
+
+    writers = [threading.Thread(target=write, args=(v,)) for v in versions]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    text = (run / REGRADE_FILE).read_text()
+    assert text in {"".join(r.to_line() for r in v) for v in versions}
+    assert sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp")) == []
