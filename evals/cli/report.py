@@ -8,8 +8,6 @@ estimates, budgets, per-sample metrics), as a table, JSON, CSV or Markdown, and 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,7 +17,7 @@ from paragen.cli_options import fail, split_commas
 from paragen.errors import ConfigError, ParagenError
 
 if TYPE_CHECKING:
-    from evals.run.judging import Judge
+    from paragen.cli_options import BackendChoice
 
 PLOT_FILE = "pareto.png"
 
@@ -63,28 +61,16 @@ def report_command(
         options = _report_options(baseline, pairs, within_tokens, within_latency, csv_table)
         if judge and not regrade:
             raise ConfigError("--judge re-grades proofs: give it with --regrade")
-        with _judges(judge) as judges:
-            show_report(runs, fmt=fmt, do_regrade=regrade, plot=plot, judges=judges, **options)
+        show_report(runs, fmt=fmt, do_regrade=regrade, plot=plot, judges=_judges(judge), **options)
     except ParagenError as exc:
         fail(exc)
 
 
-@contextmanager
-def _judges(specs: list[str]) -> Iterator[list[Judge]]:
-    """The judges of ``--judge``, built (each spec checked first) and closed after the report."""
-    import anyio
-
-    from evals.report.regrade import close_judges
-    from evals.run.judging import Judge
+def _judges(specs: list[str]) -> list[BackendChoice]:
+    """The judges of ``--judge``, each spec checked now; built where they judge (one event loop)."""
     from paragen.cli_options import choose_backend
 
-    choices = [choose_backend(spec, model=None, base_url=None, options=[]) for spec in specs]
-    judges: list[Judge] = []
-    try:
-        judges.extend(Judge(choice.shown, choice.build()) for choice in choices)
-        yield judges
-    finally:
-        anyio.run(close_judges, judges)
+    return [choose_backend(spec, model=None, base_url=None, options=[]) for spec in specs]
 
 
 def _report_options(

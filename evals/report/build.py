@@ -21,8 +21,8 @@ from evals.report.regrade import is_proof, regrade, write_regraded
 from evals.report.render import print_report, render, table_cells
 from evals.report.samples import sample_rows
 from evals.run.grading import Grader
-from evals.run.judging import Judge
 from evals.run.records import EvalRecord, RunInfo, load_records, records_path, run_infos
+from paragen.cli_options import BackendChoice
 from paragen.errors import ConfigError
 
 __all__ = ["build_report", "print_report", "render", "table_cells"]
@@ -159,7 +159,7 @@ def build_report(
     baseline: str | None = None,
     all_pairs: bool = False,
     within: dict[str, list[float]] | None = None,
-    judges: Sequence[Judge] = (),
+    judges: Sequence[BackendChoice] = (),
 ) -> dict[str, Any]:
     """Everything a report shows, as plain data; one ConfigError line when the records cannot be used.
 
@@ -233,7 +233,7 @@ def _run_sections(
 
 
 def _regrade_notes(
-    dirs: Sequence[Path], named: Sequence[tuple[str, list[EvalRecord]]], judges: Sequence[Judge]
+    dirs: Sequence[Path], named: Sequence[tuple[str, list[EvalRecord]]], judges: Sequence[BackendChoice]
 ) -> list[str]:
     """Where the re-graded proofs went, or that they kept their grades (no --judge given)."""
     notes = []

@@ -2,9 +2,11 @@
 
 Answers are re-graded by math-verify. Proofs (records a judge graded) are re-graded by the judges
 given with ``--judge`` (evals.run.judging), concurrently; without ``--judge`` they keep their
-recorded grades. The original records are never written over: the re-graded proof records, the
-new judges' reasoning included, go to ``regrade.jsonl`` beside them (written whole, then renamed
-into place, so a reader sees the previous file or the new one), and the report counts them.
+recorded grades. The judges are built, used and closed in one event loop (an HTTP client's
+connections belong to the loop that opened them). The original records are never written over:
+the re-graded proof records, the new judges' reasoning included, go to ``regrade.jsonl`` beside
+them (written whole, then renamed into place, so a reader sees the previous file or the new one),
+and the report counts them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import anyio
 from evals.run.grading import Grader
 from evals.run.judging import Judge, grade_proof, judge_params
 from evals.run.records import EvalRecord, GradeRecord
+from paragen.cli_options import BackendChoice
+from paragen.named_backends import close_backends
 
 REGRADE_FILE = "regrade.jsonl"
 _IN_FLIGHT = 8  # proofs judged at once
@@ -28,7 +32,9 @@ def is_proof(record: EvalRecord) -> bool:
     return record.grade.judges is not None or "guideline" in record.problem.meta
 
 
-def regrade(records: list[EvalRecord], grader: Grader, judges: Sequence[Judge] = ()) -> list[EvalRecord]:
+def regrade(
+    records: list[EvalRecord], grader: Grader, judges: Sequence[BackendChoice] = ()
+) -> list[EvalRecord]:
     """The records with their grades recomputed from what they hold (no model runs but the judges)."""
     answers = [i for i, r in enumerate(records) if not is_proof(r)]
     grades = grader.grade_many([(records[i].result, records[i].problem.gold) for i in answers])
@@ -44,7 +50,16 @@ def regrade(records: list[EvalRecord], grader: Grader, judges: Sequence[Judge] =
     return regraded
 
 
-async def _judge_all(records: list[EvalRecord], judges: Sequence[Judge]) -> list[EvalRecord]:
+async def _judge_all(records: list[EvalRecord], choices: Sequence[BackendChoice]) -> list[EvalRecord]:
+    judges: list[Judge] = []
+    try:
+        judges.extend(Judge(choice.shown, choice.build()) for choice in choices)
+        return await _judged(records, judges)
+    finally:
+        await close_backends([judge.backend for judge in judges])
+
+
+async def _judged(records: list[EvalRecord], judges: Sequence[Judge]) -> list[EvalRecord]:
     done: list[EvalRecord] = list(records)
     limit = anyio.CapacityLimiter(_IN_FLIGHT)
 
@@ -80,8 +95,3 @@ def write_regraded(run_dir: Path, records: Sequence[EvalRecord]) -> Path | None:
         Path(name).unlink(missing_ok=True)
         raise
     return target
-
-
-async def close_judges(judges: Sequence[Judge]) -> None:
-    for judge in judges:
-        await judge.backend.aclose()
