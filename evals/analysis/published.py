@@ -9,6 +9,10 @@ n) among the run's rows and gives the measured value with its 95% interval, in p
 - ``pass@k``: the unbiased estimate at k = n (no interval is computed for it);
 - ``token_saving``: 1 - (mean total tokens of the strategy) / (mean of its baseline) on the
   problems both ran, with a paired bootstrap interval over problems (evals.analysis.stats);
+- ``path_saving``: 1 - k / ``baseline_n``, k the fewest paths among the strategy's n in the run
+  whose accuracy reaches the baseline's at ``baseline_n`` (CISC's "fewer paths for the same
+  accuracy"); only as fine as the n the run holds, and with no interval: none when no n of the
+  strategy reaches it;
 - ``speedup``: (mean latency of the baseline) / (mean latency of the strategy) per problem,
   end to end, on the problems both ran, with the same paired interval; a factor (1.8 = 1.8x),
   where every other metric is in percent (each row says its ``unit``).
@@ -62,6 +66,17 @@ def _token_saving(records: Sequence[EvalRecord], figure: dict[str, Any]) -> tupl
     return 100 * (1 - ratio.value), 100 * (1 - ratio.high), 100 * (1 - ratio.low)
 
 
+def _path_saving(
+    summary: Sequence[dict[str, Any]], figure: dict[str, Any]
+) -> tuple[float, None, None] | None:
+    base = _find(summary, figure["baseline"], figure["baseline_n"])
+    if base is None:
+        return None
+    ours = sorted((r["n"], r["accuracy"]) for r in summary if r["strategy"] == figure["strategy"])
+    reaching = [n for n, accuracy in ours if accuracy >= base["accuracy"]]
+    return None if not reaching else (100 * (1 - reaching[0] / figure["baseline_n"]), None, None)
+
+
 def _speedup(records: Sequence[EvalRecord], figure: dict[str, Any]) -> tuple[float, float, float] | None:
     clusters = _paired(records, figure, "latency_s")
     if not clusters:
@@ -86,6 +101,8 @@ def _measured(
         return _token_saving(records, figure)
     if metric == "speedup":
         return _speedup(records, figure)
+    if metric == "path_saving":
+        return _path_saving(summary, figure)
     if metric == "accuracy":
         row = _find(summary, strategy, n)
         return None if row is None else (100 * row["accuracy"], 100 * row["ci_low"], 100 * row["ci_high"])

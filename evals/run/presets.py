@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from paragen.errors import ConfigError, describe_invalid
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
-Metric = Literal["accuracy", "pass@1", "maj@k", "pass@k", "token_saving", "speedup"]
+Metric = Literal["accuracy", "pass@1", "maj@k", "pass@k", "token_saving", "path_saving", "speedup"]
+COMPARISONS = ("token_saving", "path_saving", "speedup")  # the metrics measured against a baseline
 
 
 def unit_of(metric: str) -> str:
@@ -37,8 +38,11 @@ class Published(BaseModel):
     1.8x). ``metric``: ``accuracy`` (the strategy's own answer), ``pass@1`` (pass@1 averaged
     over its samples), ``maj@k`` (the vote over its samples), ``pass@k`` (k = n),
     ``token_saving`` (1 - its mean total tokens over ``baseline``'s, on the problems both ran),
-    or ``speedup`` (``baseline``'s mean end-to-end latency over its own, on the problems both
-    ran). The two comparisons need ``baseline``.
+    ``path_saving`` (1 - the fewest paths, among the n it ran, whose accuracy reaches
+    ``baseline``'s at ``baseline_n``, over ``baseline_n``: CISC's "fewer paths for the same
+    accuracy"), or ``speedup`` (``baseline``'s mean end-to-end latency over its own, on the
+    problems both ran). The three comparisons need ``baseline``; ``path_saving`` needs
+    ``baseline_n`` too.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -48,14 +52,16 @@ class Published(BaseModel):
     n: int | None = None  # None: the strategy's only configuration in the run
     value: float
     source: str  # paper and table / section, or file of the reference code
-    baseline: str | None = None  # token_saving, speedup: the strategy it is measured against
+    baseline: str | None = None  # the comparisons: the strategy it is measured against
     baseline_n: int | None = None
     note: str = ""
 
     @model_validator(mode="after")
     def _comparisons_name_their_baseline(self) -> Published:
-        if self.metric in ("token_saving", "speedup") and self.baseline is None:
+        if self.metric in COMPARISONS and self.baseline is None:
             raise ValueError(f"a {self.metric} figure needs baseline = the strategy it is measured against")
+        if self.metric == "path_saving" and self.baseline_n is None:
+            raise ValueError("a path_saving figure needs baseline_n = the baseline's paths it is measured at")
         return self
 
 

@@ -18,6 +18,7 @@ from evals.report.build import build_report
 from evals.run.presets import PRESET_DIR, load_preset, preset_names
 from evals.run.records import EvalRecord, load_records
 from evals.tasks import Selection, get_task, load_problems
+from paragen.errors import ConfigError
 
 runner = CliRunner()
 PRESETS = preset_names()
@@ -87,11 +88,14 @@ def _task_args(name: str) -> list[str]:
 def _script(name: str) -> str:
     """A reply right for every call: a boxed gold answer; for the tool strategies a plan that only
     joins (the planner stops at <END_OF_PLAN>), then Finish(gold) for the joiner and for ReAct; for
-    verify_refine a "yes" before it, so its verdicts pass and it accepts."""
+    verify_refine a "yes" before it, so its verdicts pass and it accepts; for CISC a "1" first, so
+    each path's one-token P(True) call reads a confidence."""
     if TOOL_STRATEGIES & set(load_preset(name).strategies):
         return f"1. join()<END_OF_PLAN>\nThought: I can answer now.\nAction: Finish({_gold(name)})"
     if "verify_refine" in load_preset(name).strategies:  # every yes/no verdict passes
         return f"Yes, so \\boxed{{{_gold(name)}}}"
+    if "cisc" in load_preset(name).strategies:
+        return f"1 so \\boxed{{{_gold(name)}}}"
     return f"so \\boxed{{{_gold(name)}}}"
 
 
@@ -158,6 +162,15 @@ def test_on_a_scripted_backend_the_comparison_is_exact(name: str, tmp_path: Path
             assert row["low"] <= row["measured"] <= row["high"], row
             assert row["within"] == (row["low"] <= row["published"] <= row["high"]), row
             continue
+        if row["metric"] == "path_saving":  # every n reaches the baseline: the fewest paths save the most
+            fewest = min(load_preset(name).n or [1])
+            figure = next(f for f in load_preset(name).published if f.metric == "path_saving")
+            assert figure.baseline_n is not None
+            expected = pytest.approx(100 * (1 - fewest / figure.baseline_n))
+            assert (row["unit"], row["measured"], row["low"], row["within"]) == ("%", expected, None, None), (
+                row
+            )
+            continue
         expected = 0.0 if row["metric"] == "token_saving" else 100.0
         assert (row["unit"], row["measured"], row["within"]) == ("%", expected, False), row
         assert row["metric"] == "pass@k" or (row["low"], row["high"]) == (expected, expected), row
@@ -189,6 +202,37 @@ def test_the_speedup_is_the_baselines_mean_latency_over_the_strategys(tmp_path: 
     mixed = speedup({("llmcompiler", a): 2.0, ("react", a): 3.0, ("llmcompiler", b): 1.0, ("react", b): 2.0})
     assert mixed["measured"] == pytest.approx(5 / 3)  # (3 + 2) / (2 + 1), not the mean of 1.5 and 2
     assert 1.5 <= mixed["low"] <= mixed["measured"] <= mixed["high"] <= 2.0 and mixed["within"] is True
+
+
+def test_the_path_saving_is_the_fewest_paths_reaching_the_baselines_accuracy() -> None:
+    """CISC at 1, 4, 8 and 16 paths against majority at 30 (accuracy 0.6): 4 paths are the first to
+    reach 0.6 (1 - 4/30); when none reaches it, or the baseline's n is not in the run, no value."""
+    figure = {"metric": "path_saving", "strategy": "cisc", "n": None, "baseline": "majority",
+              "baseline_n": 30, "value": 73.3, "source": "s", "note": ""}  # fmt: skip
+    preset = {"name": "p", "published": [figure]}
+
+    def measured(accuracies: dict[int, float], base: dict[int, float]) -> dict[str, Any]:
+        rows = [{"strategy": "cisc", "n": n, "accuracy": a} for n, a in accuracies.items()]
+        rows += [{"strategy": "majority", "n": n, "accuracy": a} for n, a in base.items()]
+        return published_rows(preset, rows, [], [])[0]
+
+    row = measured({16: 0.7, 1: 0.4, 8: 0.6, 4: 0.6}, {8: 0.5, 30: 0.6})
+    assert row["measured"] == pytest.approx(100 * (1 - 4 / 30)) and row["within"] is None
+    assert (row["unit"], row["baseline"], row["low"]) == ("%", "majority", None)
+    assert measured({1: 0.4, 8: 0.5}, {30: 0.6})["measured"] is None
+    assert measured({1: 0.9}, {8: 0.6})["measured"] is None
+
+
+def test_a_path_saving_figure_names_the_baselines_paths(tmp_path: Path) -> None:
+    figure = '[[published]]\nmetric = "path_saving"\nstrategy = "cisc"\nbaseline = "majority"\n'
+    figure += 'value = 40.0\nsource = "s"\n'  # no baseline_n
+    head = 'paper = "p"\nmodel = "m"\ntask = "arith"\nprompt = "paragen"\ntemperature = 0.6\ntop_p = 0.95\n'
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        head + 'max_tokens = 64\nstrategies = ["cisc", "majority"]\nreproduced = false\n' + figure
+    )
+    with pytest.raises(ConfigError, match="baseline_n"):
+        load_preset(str(path))
 
 
 def _one_per_shape(names: list[str]) -> list[str]:
