@@ -61,17 +61,19 @@ class Cluster:
             port = str(probe.getsockname()[1])
         head = self._ray("--head", "--port", port, "--num-cpus", "0", "--include-dashboard", "false",
                          "--temp-dir", str(self.temp))  # fmt: skip
-        self.address = re.findall(r"ray start --address='([^']+)'", head)[0]
-        for _ in range(workers):
-            self.add_worker()
+        self.address = re.findall(r"ray start --address='([^']+)'", head.communicate(timeout=120)[0])[0]
+        for worker in [self.add_worker() for _ in range(workers)]:
+            assert worker.wait(timeout=120) == 0
 
-    def add_worker(self) -> None:
-        self._ray("--address", self.address, "--num-cpus", "1")
+    def add_worker(self) -> subprocess.Popen[str]:
+        """A worker node of one CPU, starting (``ray start`` returns once it has joined)."""
+        return self._ray("--address", self.address, "--num-cpus", "1")
 
-    def _ray(self, *args: str) -> str:
+    def _ray(self, *args: str) -> subprocess.Popen[str]:
         command = [RAY, "start", "--object-store-memory", "80000000", *args]
-        done = subprocess.run(command, env=_env(), check=True, capture_output=True, text=True, timeout=120)
-        return done.stdout + done.stderr
+        return subprocess.Popen(
+            command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
     def stop(self) -> None:
         """SIGKILL every process of the cluster; its Ray workers end with their raylets."""
@@ -199,10 +201,11 @@ def _ray_sweep_with_a_node_killed(cluster: Cluster, sweep: list[str], out: Path)
         parent = subprocess.Popen(command, env=_env(), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
     try:
         killed, at = _kill_a_node_mid_shard(out, parent, log)
+        replacement = cluster.add_worker()  # so the next sweep has three workers again
         assert parent.wait(timeout=400) == 0, log.read_text()
+        assert replacement.wait(timeout=120) == 0
     finally:
         _kill(parent.pid)
-        cluster.add_worker()  # the next sweep has three workers again
     first, retry = _headers(killed)  # the lost attempt and its retry, on another node
     assert _attempt(first)[0] != _attempt(retry)[0]
     raw = load_records(killed).records
@@ -216,9 +219,9 @@ def _ray_sweep_with_a_node_killed(cluster: Cluster, sweep: list[str], out: Path)
 def test_a_ray_sweep_with_a_node_killed_equals_the_one_process_sweep_on_the_scripted_backend(
     tmp_path: Path, cluster: Cluster
 ) -> None:
-    # A second per sample, so the kill lands with three of the shard's four units to go.
+    # 0.4 s a sample, so the kill lands with most of the shard's four units to go.
     script = tmp_path / "slow.jsonl"
-    script.write_text(json.dumps({"text": "The answer is \\boxed{7}.", "token_delay": 0.25}) + "\n")
+    script.write_text(json.dumps({"text": "The answer is \\boxed{7}.", "token_delay": 0.1}) + "\n")
     sweep = [*SWEEP, "--backend", f"scripted:{script}"]
     merged = _ray_sweep_with_a_node_killed(cluster, sweep, tmp_path / "ray")
     assert len(merged) == 12  # 6 problems x (single, majority n=2)
@@ -229,7 +232,8 @@ def test_a_ray_sweep_with_a_node_killed_equals_the_one_process_sweep_on_the_engi
     tmp_path: Path, cluster: Cluster, smol_dir: Path
 ) -> None:
     # One problem at a time: the engine's bf16 numerics depend on what shares a batch (test_shards_engine).
-    sweep = [*SWEEP, "--backend", "engine", "--max-tokens", "12"]
+    # One thread each: three shard processes at once on 2 cores, none spinning on another's core.
+    sweep = [*SWEEP, "--backend", "engine", "--backend-opt", "threads=1", "--max-tokens", "8"]
     merged = _ray_sweep_with_a_node_killed(cluster, sweep, tmp_path / "ray")
     assert len(merged) == 12
     assert _essence(merged) == _essence(_whole(sweep, tmp_path / "whole"))
