@@ -17,6 +17,7 @@ stops its child with SIGTERM, so what the child finished stays on disk for ``--r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -203,7 +204,9 @@ def run_shard(args: list[str], log: str, cwd: str, shard: str) -> int:
             env={**os.environ, **parent_env()},  # it ends when this worker does (evals.run.orphans)
         )
         try:
-            return process.wait()
+            while True:  # in short waits: Ray's cancel raises KeyboardInterrupt between them
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    return process.wait(timeout=POLL_S)
         finally:
             _stop(process)
 

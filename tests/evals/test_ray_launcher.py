@@ -62,8 +62,8 @@ class Cluster:
         head = self._ray("--head", "--port", port, "--num-cpus", "0", "--include-dashboard", "false",
                          "--temp-dir", str(self.temp))  # fmt: skip
         self.address = re.findall(r"ray start --address='([^']+)'", head.communicate(timeout=120)[0])[0]
-        for worker in [self.add_worker() for _ in range(workers)]:
-            assert worker.wait(timeout=120) == 0
+        for _ in range(workers):  # one at a time: nodes starting at once time out waiting for each other
+            _started(self.add_worker())
 
     def add_worker(self) -> subprocess.Popen[str]:
         """A worker node of one CPU, starting (``ray start`` returns once it has joined)."""
@@ -82,6 +82,11 @@ class Cluster:
         deadline = time.monotonic() + 20
         while _pids_naming(str(self.temp)) and time.monotonic() < deadline:
             time.sleep(0.1)
+
+
+def _started(ray_start: subprocess.Popen[str]) -> None:
+    output, _ = ray_start.communicate(timeout=120)
+    assert ray_start.returncode == 0, output
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +208,7 @@ def _ray_sweep_with_a_node_killed(cluster: Cluster, sweep: list[str], out: Path)
         killed, at = _kill_a_node_mid_shard(out, parent, log)
         replacement = cluster.add_worker()  # so the next sweep has three workers again
         assert parent.wait(timeout=400) == 0, log.read_text()
-        assert replacement.wait(timeout=120) == 0
+        _started(replacement)
     finally:
         _kill(parent.pid)
     first, retry = _headers(killed)  # the lost attempt and its retry, on another node
@@ -237,6 +242,40 @@ def test_a_ray_sweep_with_a_node_killed_equals_the_one_process_sweep_on_the_engi
     merged = _ray_sweep_with_a_node_killed(cluster, sweep, tmp_path / "ray")
     assert len(merged) == 12
     assert _essence(merged) == _essence(_whole(sweep, tmp_path / "whole"))
+
+
+def test_sigterm_cancels_the_tasks_and_the_same_command_with_resume_completes(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    script = tmp_path / "slow.jsonl"
+    script.write_text(json.dumps({"text": "The answer is \\boxed{7}.", "token_delay": 0.1}) + "\n")
+    sweep = [*SWEEP, "--backend", f"scripted:{script}"]
+    out = tmp_path / "ray"
+    command = [sys.executable, "-m", "paragen.cli", *sweep, "--procs", "3", "--launcher", "ray",
+               "--ray-address", cluster.address, "--out", str(out)]  # fmt: skip
+    parent = subprocess.Popen(
+        command, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        records = [out / "shards" / f"{j}-of-3" / RECORDS_FILE for j in (1, 2, 3)]
+        deadline = time.monotonic() + 240
+        while not all(r.is_file() and r.stat().st_size for r in records) and time.monotonic() < deadline:
+            assert parent.poll() is None
+            time.sleep(0.02)
+        parent.send_signal(signal.SIGTERM)
+        _, stderr = parent.communicate(timeout=60)
+    finally:
+        _kill(parent.pid)
+    assert parent.returncode == 143, stderr
+    assert _pids_naming(str(out)) == [], "every shard process was stopped"
+    assert not (out / RECORDS_FILE).exists()  # nothing merged
+    recorded = sum(len(read_records(r.parent)) for r in records)
+    assert 3 <= recorded < 12, "stopped mid-sweep"
+    again = subprocess.run(
+        [*command, "--resume"], env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr
+    assert _essence(read_records(out)) == _essence(_whole(sweep, tmp_path / "whole"))
 
 
 BAD = [
