@@ -155,10 +155,41 @@ def _essence(records: list[EvalRecord]) -> list[tuple[Any, ...]]:
     )
 
 
-def _whole(sweep: list[str], out: Path) -> list[EvalRecord]:
-    result = CliRunner().invoke(app, [*sweep, "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return read_records(out)
+class Whole:
+    """The one-process run of a sweep, in the background (it overlaps the Ray sweep), read once."""
+
+    def __init__(self, sweep: list[str], out: Path) -> None:
+        self.out = out
+        self.log = out.with_suffix(".log")
+        with self.log.open("wb") as sink:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "paragen.cli", *sweep, "--out", str(out)],
+                env=_env(), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self._essence: list[tuple[Any, ...]] | None = None
+
+    def essence(self) -> list[tuple[Any, ...]]:
+        if self._essence is None:
+            assert self.process.wait(timeout=300) == 0, self.log.read_text()
+            self._essence = _essence(read_records(self.out))
+        return self._essence
+
+    def stop(self) -> None:
+        _kill(self.process.pid)
+        self.process.wait()
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str], Whole]]:
+    """A sweep on the scripted backend at 0.4 s a sample (a kill or a signal lands mid-shard), and
+    its one-process run, shared by the tests that run it on Ray."""
+    folder = tmp_path_factory.mktemp("scripted")
+    script = folder / "slow.jsonl"
+    script.write_text(json.dumps({"text": "The answer is \\boxed{7}.", "token_delay": 0.1}) + "\n")
+    sweep = [*SWEEP, "--backend", f"scripted:{script}"]
+    whole = Whole(sweep, folder / "whole")
+    yield sweep, whole
+    whole.stop()
 
 
 def _kill_a_node_mid_shard(out: Path, parent: subprocess.Popen[bytes], log: Path) -> tuple[Path, float]:
@@ -222,15 +253,12 @@ def _ray_sweep_with_a_node_killed(cluster: Cluster, sweep: list[str], out: Path)
 
 
 def test_a_ray_sweep_with_a_node_killed_equals_the_one_process_sweep_on_the_scripted_backend(
-    tmp_path: Path, cluster: Cluster
+    tmp_path: Path, cluster: Cluster, scripted: tuple[list[str], Whole]
 ) -> None:
-    # 0.4 s a sample, so the kill lands with most of the shard's four units to go.
-    script = tmp_path / "slow.jsonl"
-    script.write_text(json.dumps({"text": "The answer is \\boxed{7}.", "token_delay": 0.1}) + "\n")
-    sweep = [*SWEEP, "--backend", f"scripted:{script}"]
+    sweep, whole = scripted
     merged = _ray_sweep_with_a_node_killed(cluster, sweep, tmp_path / "ray")
     assert len(merged) == 12  # 6 problems x (single, majority n=2)
-    assert _essence(merged) == _essence(_whole(sweep, tmp_path / "whole"))
+    assert _essence(merged) == whole.essence()
 
 
 def test_a_ray_sweep_with_a_node_killed_equals_the_one_process_sweep_on_the_engine(
@@ -239,17 +267,19 @@ def test_a_ray_sweep_with_a_node_killed_equals_the_one_process_sweep_on_the_engi
     # One problem at a time: the engine's bf16 numerics depend on what shares a batch (test_shards_engine).
     # One thread each: three shard processes at once on 2 cores, none spinning on another's core.
     sweep = [*SWEEP, "--backend", "engine", "--backend-opt", "threads=1", "--max-tokens", "8"]
-    merged = _ray_sweep_with_a_node_killed(cluster, sweep, tmp_path / "ray")
-    assert len(merged) == 12
-    assert _essence(merged) == _essence(_whole(sweep, tmp_path / "whole"))
+    whole = Whole(sweep, tmp_path / "whole")
+    try:
+        merged = _ray_sweep_with_a_node_killed(cluster, sweep, tmp_path / "ray")
+        assert len(merged) == 12
+        assert _essence(merged) == whole.essence()
+    finally:
+        whole.stop()
 
 
 def test_sigterm_cancels_the_tasks_and_the_same_command_with_resume_completes(
-    tmp_path: Path, cluster: Cluster
+    tmp_path: Path, cluster: Cluster, scripted: tuple[list[str], Whole]
 ) -> None:
-    script = tmp_path / "slow.jsonl"
-    script.write_text(json.dumps({"text": "The answer is \\boxed{7}.", "token_delay": 0.1}) + "\n")
-    sweep = [*SWEEP, "--backend", f"scripted:{script}"]
+    sweep, whole = scripted
     out = tmp_path / "ray"
     command = [sys.executable, "-m", "paragen.cli", *sweep, "--procs", "3", "--launcher", "ray",
                "--ray-address", cluster.address, "--out", str(out)]  # fmt: skip
@@ -275,7 +305,7 @@ def test_sigterm_cancels_the_tasks_and_the_same_command_with_resume_completes(
         [*command, "--resume"], env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert again.returncode == 0, again.stderr
-    assert _essence(read_records(out)) == _essence(_whole(sweep, tmp_path / "whole"))
+    assert _essence(read_records(out)) == whole.essence()
 
 
 BAD = [
