@@ -128,7 +128,8 @@ ProcsOpt = Annotated[
 LauncherOpt = Annotated[
     str,
     typer.Option(
-        help="where --procs runs its shards: local (processes here) or ray (tasks on a Ray cluster)"
+        metavar="local|ray",
+        help="where --procs runs its shards: local (processes here) or ray (tasks on a Ray cluster)",
     ),
 ]
 RayAddressOpt = Annotated[
@@ -139,7 +140,7 @@ RayAddressOpt = Annotated[
     ),
 ]
 RayGpusOpt = Annotated[
-    float | None, typer.Option(help="--launcher ray: GPUs each shard's task takes (default 0)")
+    float | None, typer.Option(metavar="G", help="--launcher ray: GPUs each shard's task takes (default 0)")
 ]
 
 

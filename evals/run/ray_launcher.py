@@ -40,7 +40,7 @@ from paragen.errors import ConfigError
 
 LAUNCHERS = ("local", "ray")
 RETRIES = 3  # attempts after the first, each on whatever node Ray picks, resuming the shard
-POLL_S = 0.2  # how often the parent asks Ray which tasks are done (ray.wait with no timeout)
+POLL_S = 0.2  # how often the parent asks Ray which tasks are done, and a task whether its child is
 LOCK_WAIT_S = 60.0  # how long a retry waits for a lost attempt's child to let go of the shard folder
 CONNECT_TIMEOUT_S = 5.0
 EXIT_LOST = 4  # Ray gave a shard's task up (lost past RETRIES, or the driver's node died): --resume goes on
@@ -163,7 +163,9 @@ def _exit_code(ref: Any, child: Child) -> int:
     except ray.exceptions.RayError as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         with child.log.open("a", encoding="utf-8") as log:
-            log.write(f"ray: the task failed past its {RETRIES} retries: {first} (rerun with --resume)\n")
+            log.write(
+                f"ray: Ray gave the task up ({RETRIES} retries allowed): {first} (rerun with --resume)\n"
+            )
         return EXIT_LOST
 
 
