@@ -356,3 +356,39 @@ def test_without_ray_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "needs Ray, which is not installed" in result.output
     assert "pip install 'paragen[ray]'" in result.output and not (tmp_path / "r").exists()
+
+
+def test_shards_of_an_earlier_sweep_are_refused_without_resume(tmp_path: Path) -> None:
+    shard = tmp_path / "run" / "shards" / "1-of-2"
+    shard.mkdir(parents=True)
+    (shard / "run.json").write_text("{}")
+    args = [
+        *SWEEP,
+        "--backend",
+        "scripted",
+        "--procs",
+        "2",
+        "--launcher",
+        "ray",
+        "--ray-address",
+        "127.0.0.1:1",
+    ]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "holds shards of a run (pass --resume" in result.output
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".paragen.lock", "shards"]
+
+
+def test_procs_on_ray_is_not_capped_by_this_machine(tmp_path: Path) -> None:
+    args = [
+        *SWEEP,
+        "--backend",
+        "scripted",
+        "--procs",
+        "1000",
+        "--launcher",
+        "ray",
+        "--ray-address",
+        "127.0.0.1:1",
+    ]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "cannot reach the Ray cluster" in result.output, result.output
