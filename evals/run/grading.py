@@ -85,12 +85,15 @@ def _compare(prediction: str, gold: str, timeout_s: float, same: Equivalence | N
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def _watch_parent() -> None:
-    """Pool initializer: exit when the grading parent dies (a SIGKILLed run must not leave orphans).
+def _watch_parent(grading: int) -> None:
+    """Pool initializer: exit when the grading process dies (a SIGKILLed run must not leave orphans).
 
-    The worker's parent (the grading process, or the forkserver, which exits with it) is watched
-    by ``os.getppid()``: it changes the moment the parent dies and the worker is re-parented. A
-    test of the parent's pid would see a dead parent not yet reaped (a zombie) as alive.
+    The worker's parent is watched by ``os.getppid()``: it changes the moment the parent dies and
+    the worker is re-parented (a test of the parent's pid would see a dead parent not yet reaped,
+    a zombie, as alive). Under forkserver that parent is the forkserver, which does not end with
+    the grading process: every process it forks holds its liveness pipe, so its own workers keep it
+    up. So the worker also tests the grading process's pid (``grading``), which is not its parent
+    there: it ends when that pid is gone, however the grading process died (SIGKILL included).
     """
     import threading
     import time
@@ -98,11 +101,21 @@ def _watch_parent() -> None:
     parent = os.getppid()
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == parent and _alive(grading):
             time.sleep(0.5)
         os._exit(0)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, under another user: not ours to judge
+        return True
+    return True
 
 
 def _warm() -> bool:
@@ -155,7 +168,7 @@ class Grader:
         """Start the pool's processes now, without waiting for them: the first comparison waits."""
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=self._context, initializer=_watch_parent
+                self.workers, mp_context=self._context, initializer=_watch_parent, initargs=(os.getpid(),)
             )
             self._warming = [self._pool.submit(_warm) for _ in range(self.workers)]
 

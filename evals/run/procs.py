@@ -41,13 +41,14 @@ def max_procs() -> int:
     return (os.cpu_count() or 1) * PROCS_PER_CPU
 
 
-def check_procs(procs: int | None) -> None:
-    """``--procs`` refused in one line when it is not positive or more than this machine can run."""
+def check_procs(procs: int | None, *, here: bool = True) -> None:
+    """``--procs`` refused in one line when it is not positive or (``here``: run on this machine)
+    more than this machine can run."""
     if procs is None:
         return
     if procs < 1:
         raise ConfigError(f"bad --procs {procs}: it must be at least 1")
-    if procs > max_procs():
+    if here and procs > max_procs():
         raise ConfigError(
             f"bad --procs {procs}: this machine runs at most {max_procs()} "
             f"({PROCS_PER_CPU} per CPU, {os.cpu_count() or 1} CPUs)",

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from evals_helpers import ignore_timer_and_hang, spin_forever
@@ -137,3 +141,45 @@ def test_every_bundled_reference_answer_grades_correct(grader: Grader, name: str
         len(verdicts)
         == {"math500.jsonl": 500, "gsm8k_test.jsonl": 1219, "aime2024.jsonl": 30, "amc23.jsonl": 40}[name]
     )
+
+
+GRADING_PROCESS = """
+import os, sys, time
+from evals.run.grading import Grader
+grader = Grader(workers=2)
+grader.wait_started()
+assert grader._pool is not None
+with open(sys.argv[1] + ".tmp", "w") as out:
+    out.write(" ".join(str(pid) for pid in grader._pool._processes))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(600)
+"""
+
+
+def _live(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_sigkilled_grading_process_leaves_no_pool_behind(tmp_path: Path) -> None:
+    """Its forkserver does not end with it (its workers hold its liveness pipe): the workers test
+    the grading process's pid themselves, and the forkserver ends once they have."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    pids = tmp_path / "pids"
+    grading = subprocess.Popen([sys.executable, "-c", GRADING_PROCESS, str(pids)], env=env)
+    deadline = time.monotonic() + 60
+    while not pids.exists() and time.monotonic() < deadline:
+        assert grading.poll() is None
+        time.sleep(0.05)
+    workers = [int(pid) for pid in pids.read_text().split()]
+    forkserver = int((Path("/proc") / str(workers[0]) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert len(workers) == 2 and forkserver != grading.pid
+    grading.kill()
+    grading.wait()
+    deadline = time.monotonic() + 10
+    while any(_live(pid) for pid in (*workers, forkserver)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in (*workers, forkserver) if _live(pid)] == []

@@ -63,7 +63,9 @@ def _essence(records: list[EvalRecord]) -> list[tuple[object, ...]]:
 
 
 def test_the_slurm_array_and_its_merge_give_the_one_process_sweep(tmp_path: Path) -> None:
-    array, merge = _blocks()
+    blocks = _blocks()  # and the Ray recipe, which needs a cluster (tests/evals/test_ray_launcher.py)
+    array = next(block for block in blocks if "#SBATCH" in block)
+    merge = next(block for block in blocks if block.startswith("paragen merge"))
     assert "#SBATCH --array=1-3" in array and merge.startswith("paragen merge")
     _array(array, tmp_path, ["1", "2", "3"])
     _array(array, tmp_path, ["2"])  # task 2 requeued: it goes on from its records
