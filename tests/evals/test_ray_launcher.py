@@ -290,7 +290,9 @@ def test_sigterm_cancels_the_tasks_and_the_same_command_with_resume_completes(
     try:
         records = [out / "shards" / f"{j}-of-2" / RECORDS_FILE for j in (1, 2)]
         deadline = time.monotonic() + 240
-        while not all(r.is_file() and r.stat().st_size for r in records) and time.monotonic() < deadline:
+        # At the first record of either shard: that shard is mid-run (5 of its 6 records, about 2 s,
+        # to go). Waiting for a record of both let one finish first where the other started late.
+        while not any(r.is_file() and r.stat().st_size for r in records) and time.monotonic() < deadline:
             assert parent.poll() is None
             time.sleep(0.02)
         parent.send_signal(signal.SIGTERM)
@@ -301,7 +303,7 @@ def test_sigterm_cancels_the_tasks_and_the_same_command_with_resume_completes(
     assert _pids_naming(str(out)) == [], "every shard process was stopped"
     assert not (out / RECORDS_FILE).exists()  # nothing merged
     recorded = sum(len(read_records(r.parent)) for r in records)
-    assert 2 <= recorded < 12, "stopped mid-sweep"
+    assert 1 <= recorded < 12, "stopped mid-sweep"
     again = subprocess.run(
         [*command, "--resume"], env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300
     )
