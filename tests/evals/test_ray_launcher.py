@@ -179,15 +179,29 @@ class Whole:
         self.process.wait()
 
 
+def _scripted_sweep(folder: Path, token_delay: float) -> tuple[list[str], Whole]:
+    """The sweep on the scripted backend, 4 tokens a sample ``token_delay`` apart, and its
+    one-process run (started now, in the background)."""
+    script = folder / "slow.jsonl"
+    script.write_text(json.dumps({"text": "The answer is \\boxed{7}.", "token_delay": token_delay}) + "\n")
+    sweep = [*SWEEP, "--backend", f"scripted:{script}"]
+    return sweep, Whole(sweep, folder / "whole")
+
+
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str], Whole]]:
-    """A sweep on the scripted backend at 0.4 s a sample (a kill or a signal lands mid-shard), and
-    its one-process run, shared by the tests that run it on Ray."""
-    folder = tmp_path_factory.mktemp("scripted")
-    script = folder / "slow.jsonl"
-    script.write_text(json.dumps({"text": "The answer is \\boxed{7}.", "token_delay": 0.1}) + "\n")
-    sweep = [*SWEEP, "--backend", f"scripted:{script}"]
-    whole = Whole(sweep, folder / "whole")
+    """A sweep at 0.4 s a sample (the test's own kill lands mid-shard), and its one-process run,
+    shared by the tests that kill a node."""
+    sweep, whole = _scripted_sweep(tmp_path_factory.mktemp("scripted"), 0.1)
+    yield sweep, whole
+    whole.stop()
+
+
+@pytest.fixture
+def slower(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[str], Whole]]:
+    """The sweep at 2 s a sample, 12 s a shard: a SIGTERM's cancel, which goes through Ray (seconds on
+    a loaded machine), still finds each shard mid-run."""
+    sweep, whole = _scripted_sweep(tmp_path_factory.mktemp("slower"), 0.5)
     yield sweep, whole
     whole.stop()
 
@@ -277,11 +291,11 @@ def test_a_ray_sweep_with_a_node_killed_equals_the_one_process_sweep_on_the_engi
 
 
 def test_sigterm_cancels_the_tasks_and_the_same_command_with_resume_completes(
-    tmp_path: Path, cluster: Cluster, scripted: tuple[list[str], Whole]
+    tmp_path: Path, cluster: Cluster, slower: tuple[list[str], Whole]
 ) -> None:
-    sweep, whole = scripted
+    sweep, whole = slower
     out = tmp_path / "ray"
-    # Two shards: the sweep is the same (its one-process run is shared), with fewer processes to start.
+    # Two shards: fewer processes to start.
     command = [sys.executable, "-m", "paragen.cli", *sweep, "--procs", "2", "--launcher", "ray",
                "--ray-address", cluster.address, "--out", str(out)]  # fmt: skip
     parent = subprocess.Popen(
@@ -290,7 +304,7 @@ def test_sigterm_cancels_the_tasks_and_the_same_command_with_resume_completes(
     try:
         records = [out / "shards" / f"{j}-of-2" / RECORDS_FILE for j in (1, 2)]
         deadline = time.monotonic() + 240
-        # At the first record of either shard: that shard is mid-run (5 of its 6 records, about 2 s,
+        # At the first record of either shard: that shard is mid-run (5 of its 6 records, about 10 s,
         # to go). Waiting for a record of both let one finish first where the other started late.
         while not any(r.is_file() and r.stat().st_size for r in records) and time.monotonic() < deadline:
             assert parent.poll() is None
