@@ -19,12 +19,11 @@ from collections.abc import Iterator
 
 import pytest
 from real_servers import Server, start_gateway
+from uneven_ffs import WINNER_TOKENS, UnevenFFS
 
-from paragen import Orchestrator, Problem, RunContext
+from paragen import Orchestrator, Problem
 from paragen.backends.openai import OpenAIBackend
-from paragen.types import GenerateRequest, SamplingParams, StrategyResult
-from strategies._toolkit import solve_request
-from strategies.ffs import FFS
+from paragen.types import SamplingParams, StrategyResult
 from strategies.majority import Majority
 
 pytestmark = [pytest.mark.server, pytest.mark.vllm_server, pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -76,27 +75,20 @@ async def test_a_problem_s_samples_through_the_router_reuse_its_prompt(
     assert done["vllm:prefix_cache_hits_total"] >= (n - 1) * full_blocks
 
 
-class UnevenFFS(FFS):
-    """FFS over two samples of one problem: one capped at WINNER_TOKENS (it finishes first), one
-    that would run LOSER_TOKENS (end-of-text ignored): only the cancel can stop it early."""
+class LongerLoserFFS(UnevenFFS):
+    """vLLM ignores the loser's end-of-text: it could run 1000 tokens."""
 
-    name = "uneven_ffs_vllm"
-
-    def _requests(self, ctx: RunContext, problem: Problem) -> list[GenerateRequest]:
-        return [
-            solve_request(ctx, problem.question, max_tokens=WINNER_TOKENS),
-            solve_request(ctx, problem.question, max_tokens=LOSER_TOKENS),
-        ]
+    loser_tokens = 1000
 
 
-WINNER_TOKENS, LOSER_TOKENS = 4, 1000
+LOSER_TOKENS = LongerLoserFFS.loser_tokens
 
 
 async def test_a_first_finish_cancel_through_the_router_aborts_on_vllm(
     router: Server, vllm_server: Server
 ) -> None:
     backend = through(router, extra_body=NO_EOS)
-    strategy = UnevenFFS(UnevenFFS.Config(n=2, allow_truncated=True, require_answer=False))
+    strategy = LongerLoserFFS(LongerLoserFFS.Config(n=2, allow_truncated=True, require_answer=False))
     before = vllm_server.wait_idle()
     try:
         defaults = SamplingParams(temperature=0.0)

@@ -31,14 +31,13 @@ import anyio
 import httpx
 import pytest
 from real_servers import GATEWAY_POLICIES, SERVED_NAME, Server, start_gateway, start_llama_server
+from uneven_ffs import WINNER_TOKENS, UnevenFFS
 
-from paragen import Orchestrator, Problem, RunContext
+from paragen import Orchestrator, Problem
 from paragen.backends.base import generate
 from paragen.backends.openai import OpenAIBackend
 from paragen.errors import BackendHTTPError
 from paragen.types import ChatMessage, GenerateRequest, SamplingParams, StrategyResult
-from strategies._toolkit import solve_request
-from strategies.ffs import FFS
 from strategies.majority import Majority
 
 pytestmark = [pytest.mark.server, pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -220,20 +219,7 @@ async def test_problems_spread_over_both_replicas(
 # --- b: FFS's cancel reaches the server through the gateway ----------------------------------------
 
 
-class UnevenFFS(FFS):
-    """FFS over two samples of one problem: one capped at WINNER_TOKENS (so it finishes first),
-    one that would run LOSER_TOKENS (its end-of-text banned): only the cancel can stop it early."""
-
-    name = "uneven_ffs"
-
-    def _requests(self, ctx: RunContext, problem: Problem) -> list[GenerateRequest]:
-        return [
-            solve_request(ctx, problem.question, max_tokens=WINNER_TOKENS),
-            solve_request(ctx, problem.question, max_tokens=LOSER_TOKENS),
-        ]
-
-
-WINNER_TOKENS, LOSER_TOKENS = 4, 400
+LOSER_TOKENS = UnevenFFS.loser_tokens
 
 
 async def test_a_first_finish_cancel_stops_the_loser_on_the_server(

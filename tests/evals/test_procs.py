@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from process_tree import descendants
 from typer.testing import CliRunner
 
 from evals.cli import app
@@ -116,24 +117,6 @@ def test_a_signal_to_the_parent_ends_every_child_and_resume_completes(tmp_path: 
     assert _essence(read_records(out)) == _essence(_whole(tmp_path / "whole", "20", sweep))
 
 
-def _descendants(root: int) -> set[int]:
-    """Every live process below ``root`` (children, their grading pools' workers and forkserver)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if entry.name.isdigit() and fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
-    found: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
 def _alive(pid: int) -> bool:
     try:
         return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -156,7 +139,7 @@ def test_kill_9_of_the_parent_ends_the_whole_sweep_and_frees_its_folders(tmp_pat
     while not all((f / RECORDS_FILE).is_file() for f in folders) and time.monotonic() < deadline:
         assert parent.poll() is None
         time.sleep(0.05)
-    sweep_pids = _descendants(parent.pid)
+    sweep_pids = descendants(parent.pid)
     children = {holder_pid(f) for f in folders}
     assert None not in children and children <= sweep_pids and len(sweep_pids) > 3
     with pytest.raises(FolderLocked, match=f"pid {holder_pid(folders[1])}"), run_folder_lock(folders[1]):

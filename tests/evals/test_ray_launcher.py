@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from process_tree import descendants, parent_of
+from typer.testing import CliRunner, Result
 
 from evals.cli import app
 from evals.run.records import RECORDS_FILE, EvalRecord, load_records, read_records
@@ -119,28 +120,6 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def _parent_of(pid: int) -> int:
-    return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def _tree(root: int) -> set[int]:
-    """``root`` and every live process below it."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if entry.name.isdigit() and fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
-    found = {root}
-    frontier = {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
 def _essence(records: list[EvalRecord]) -> list[tuple[Any, ...]]:
     """What the launcher must not change: keys, every sampled text, answers, grades, tokens."""
     return sorted(
@@ -221,9 +200,10 @@ def _kill_a_node_mid_shard(out: Path, parent: subprocess.Popen[bytes], log: Path
             node, worker = _attempt(_headers(folder)[0])
             if node == driver[0]:
                 continue
-            raylet = _parent_of(worker)
+            raylet = parent_of(worker)
             assert b"raylet" in (Path("/proc") / str(raylet) / "cmdline").read_bytes()
-            for pid in _tree(raylet):  # the node dies: its raylet, Ray workers and what they run
+            # The node dies: its raylet, Ray workers and what they run.
+            for pid in {raylet} | descendants(raylet):
                 _kill(pid)
             return folder, time.time()
         time.sleep(0.02)
@@ -375,37 +355,30 @@ def test_without_ray_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert "pip install 'paragen[ray]'" in result.output and not (tmp_path / "r").exists()
 
 
-def test_shards_of_an_earlier_sweep_are_refused_without_resume(tmp_path: Path) -> None:
-    shard = tmp_path / "run" / "shards" / "1-of-2"
-    shard.mkdir(parents=True)
-    (shard / "run.json").write_text("{}")
+def _on_no_cluster(procs: int, out: Path) -> Result:
+    """The scripted sweep as ``procs`` Ray shards, at an address where no cluster listens."""
     args = [
-        *SWEEP,
         "--backend",
         "scripted",
         "--procs",
-        "2",
+        str(procs),
         "--launcher",
         "ray",
         "--ray-address",
         "127.0.0.1:1",
     ]
-    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "run")])
+    return CliRunner().invoke(app, [*SWEEP, *args, "--out", str(out)])
+
+
+def test_shards_of_an_earlier_sweep_are_refused_without_resume(tmp_path: Path) -> None:
+    shard = tmp_path / "run" / "shards" / "1-of-2"
+    shard.mkdir(parents=True)
+    (shard / "run.json").write_text("{}")
+    result = _on_no_cluster(2, tmp_path / "run")
     assert result.exit_code == 2 and "holds shards of a run (pass --resume" in result.output
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".paragen.lock", "shards"]
 
 
 def test_procs_on_ray_is_not_capped_by_this_machine(tmp_path: Path) -> None:
-    args = [
-        *SWEEP,
-        "--backend",
-        "scripted",
-        "--procs",
-        "1000",
-        "--launcher",
-        "ray",
-        "--ray-address",
-        "127.0.0.1:1",
-    ]
-    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "run")])
+    result = _on_no_cluster(1000, tmp_path / "run")
     assert result.exit_code == 2 and "cannot reach the Ray cluster" in result.output, result.output
